@@ -1,0 +1,235 @@
+"""Self-describing model artifacts (DESIGN.md 2.1).
+
+An artifact is a folder holding `model.safetensors` and `config.json`, or one
+`.safetensors` file whose metadata carries the same JSON. The config names the
+architecture and its constructor arguments, the task, the preprocessing spec, the
+metric preset, the real layer shapes and the provenance, so loading rebuilds the module
+from the registry and fills it from safetensors: nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from clearsight import __version__
+from clearsight.atomic import atomic_path
+from clearsight.errors import ArtifactError
+from clearsight.models.registry import build_model, count_parameters, get_spec
+from clearsight.preprocess import PreprocessSpec
+
+FORMAT_NAME = "clearsight.model"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+_METADATA_KEY = "clearsight_config"
+
+
+@dataclass
+class ModelConfig:
+    """Everything needed to rebuild, feed and judge a model, without its weights."""
+
+    architecture: str
+    arch_args: dict[str, Any]
+    task: str
+    preprocess: PreprocessSpec
+    metric_preset: str
+    layer_shapes: dict[str, list[int]] = field(default_factory=dict)
+    param_count: int = 0
+    provenance: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "name": self.name,
+            "architecture": self.architecture,
+            "arch_args": self.arch_args,
+            "task": self.task,
+            "preprocess": self.preprocess.to_dict(),
+            "metric_preset": self.metric_preset,
+            "param_count": self.param_count,
+            "layer_shapes": self.layer_shapes,
+            "provenance": self.provenance,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> ModelConfig:
+        if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
+            raise ArtifactError(f"{source}: not a clearsight model config (no format={FORMAT_NAME!r})")
+        version = d.get("format_version")
+        if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+            raise ArtifactError(
+                f"{source}: format_version {version!r} is not supported "
+                f"(this clearsight reads 1..{FORMAT_VERSION}; upgrade clearsight)"
+            )
+        try:
+            return cls(
+                architecture=str(d["architecture"]),
+                arch_args=dict(d.get("arch_args") or {}),
+                task=str(d["task"]),
+                preprocess=PreprocessSpec.from_dict(d.get("preprocess") or {}),
+                metric_preset=str(d.get("metric_preset", "rgb")),
+                layer_shapes={k: list(v) for k, v in (d.get("layer_shapes") or {}).items()},
+                param_count=int(d.get("param_count", 0)),
+                provenance=dict(d.get("provenance") or {}),
+                name=d.get("name"),
+            )
+        except KeyError as exc:
+            raise ArtifactError(f"{source}: missing key {exc.args[0]!r}") from None
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference plus the config that describes it."""
+
+    model: nn.Module
+    config: ModelConfig
+    source: str
+
+
+def make_config(
+    model: nn.Module,
+    architecture: str,
+    arch_args: dict[str, Any] | None = None,
+    *,
+    name: str | None = None,
+    provenance: dict[str, Any] | None = None,
+    preprocess: PreprocessSpec | None = None,
+    metric_preset: str | None = None,
+) -> ModelConfig:
+    """Describe `model`, filling task/preprocess/preset defaults from the registry."""
+    spec = get_spec(architecture)
+    prov = {
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "clearsight_version": __version__,
+    }
+    prov.update(provenance or {})
+    return ModelConfig(
+        architecture=architecture,
+        arch_args=dict(arch_args or {}),
+        task=spec.task,
+        preprocess=preprocess or spec.preprocess,
+        metric_preset=metric_preset or spec.metric_preset,
+        layer_shapes={k: list(v.shape) for k, v in model.state_dict().items()},
+        param_count=count_parameters(model),
+        provenance=prov,
+        name=name,
+    )
+
+
+def _state_for_saving(model: nn.Module) -> dict[str, torch.Tensor]:
+    # safetensors refuses shared or non-contiguous storage; clone to be safe.
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
+
+
+def save_artifact(model: nn.Module, path: str | os.PathLike[str], config: ModelConfig) -> Path:
+    """Save `model` with `config` as a folder, or as one file when `path` ends in .safetensors.
+
+    Both forms are written atomically: an interrupted save leaves any previous artifact at
+    `path` intact and no half-written files behind.
+    """
+    target = Path(path)
+    config.layer_shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
+    config.param_count = count_parameters(model)
+    cfg_json = json.dumps(config.to_dict(), indent=2, sort_keys=False)
+    state = _state_for_saving(model)
+    if target.suffix == ".safetensors":
+        with atomic_path(target) as tmp:
+            save_file(state, str(tmp), metadata={_METADATA_KEY: cfg_json})
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        save_file(state, str(tmp_dir / WEIGHTS_FILE))
+        (tmp_dir / CONFIG_FILE).write_text(cfg_json + "\n", encoding="utf-8")
+        old = None
+        if target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+        os.replace(tmp_dir, target)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise
+    return target
+
+
+def read_config(path: str | os.PathLike[str]) -> ModelConfig:
+    """Read only the config of an artifact (folder or single file)."""
+    p = Path(path)
+    if p.is_dir():
+        cfg_path = p / CONFIG_FILE
+        if not cfg_path.is_file():
+            raise ArtifactError(f"{p}: not a model artifact (no {CONFIG_FILE})")
+        try:
+            data = json.loads(cfg_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ArtifactError(f"{cfg_path}: invalid JSON ({exc})") from None
+        return ModelConfig.from_dict(data, str(cfg_path))
+    if p.is_file():
+        meta = _read_safetensors_metadata(p)
+        if _METADATA_KEY not in meta:
+            raise ArtifactError(f"{p}: safetensors file carries no clearsight config")
+        try:
+            data = json.loads(meta[_METADATA_KEY])
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"{p}: invalid config metadata ({exc})") from None
+        return ModelConfig.from_dict(data, str(p))
+    raise ArtifactError(f"model artifact not found: {p}")
+
+
+def _read_safetensors_metadata(p: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(p), framework="pt") as fh:
+            return dict(fh.metadata() or {})
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{p}: not a readable safetensors file ({exc})") from None
+
+
+def load_artifact(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> LoadedModel:
+    """Rebuild the architecture from the config and fill it from safetensors (no pickle)."""
+    p = Path(path)
+    config = read_config(p)
+    weights = p / WEIGHTS_FILE if p.is_dir() else p
+    if not weights.is_file():
+        raise ArtifactError(f"{p}: weights file {WEIGHTS_FILE} is missing")
+    try:
+        state = load_file(str(weights), device="cpu")
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{weights}: cannot read weights ({exc})") from None
+    model = build_model(config.architecture, **config.arch_args)
+    expected = {k: list(v.shape) for k, v in model.state_dict().items()}
+    got = {k: list(v.shape) for k, v in state.items()}
+    if expected != got:
+        missing = sorted(set(expected) - set(got))
+        extra = sorted(set(got) - set(expected))
+        wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+        detail = "; ".join(
+            part
+            for part in (
+                f"missing {missing[:5]}" if missing else "",
+                f"unexpected {extra[:5]}" if extra else "",
+                f"shape mismatch {wrong[:5]}" if wrong else "",
+            )
+            if part
+        )
+        raise ArtifactError(f"{weights}: weights do not fit architecture {config.architecture!r}: {detail}")
+    model.load_state_dict(state, strict=True)
+    model.eval().to(device)
+    return LoadedModel(model=model, config=config, source=str(p))

@@ -1,0 +1,325 @@
+"""The `clearsight` command: a thin layer over the Python API.
+
+Every command is a plain function of the engine; this module only parses arguments,
+draws progress and tables, and turns `ClearsightError`s into one-line messages with a
+non-zero exit code (`--debug` shows the traceback instead).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from clearsight import __version__
+from clearsight.errors import ClearsightError
+
+app = typer.Typer(
+    name="clearsight",
+    help="Restore images with compact models: derain, demoire, restore, evaluate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+_STATE = {"debug": False}
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _friendly(fn: F) -> F:
+    """Report `ClearsightError` as one line and exit 1, unless --debug was given."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
+        except ClearsightError as exc:
+            if _STATE["debug"]:
+                raise
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(code=1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
+    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"clearsight {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    _STATE["debug"] = debug
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+        disable=not err_console.is_terminal,
+    )
+
+
+# -- models ---------------------------------------------------------------------------------
+@app.command("models")
+@_friendly
+def models_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """List every architecture (with its default parameter count) and every bundled model."""
+    from clearsight.models.registry import build_model, count_parameters, list_specs
+    from clearsight.zoo import bundled_models
+
+    rows = []
+    for spec in list_specs():
+        n = count_parameters(build_model(spec.name))
+        rows.append(
+            {
+                "name": spec.name,
+                "kind": "architecture",
+                "task": spec.task,
+                "params": n,
+                "preset": spec.metric_preset,
+                "description": spec.description,
+            }
+        )
+    for name, path in bundled_models().items():
+        from clearsight.artifact import read_config
+
+        cfg = read_config(path)
+        rows.append(
+            {
+                "name": name,
+                "kind": "bundled",
+                "task": cfg.task,
+                "params": cfg.param_count,
+                "preset": cfg.metric_preset,
+                "description": f"trained {cfg.architecture}",
+            }
+        )
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table(title="clearsight models")
+    for col, kw in (
+        ("name", {"style": "bold"}),
+        ("kind", {}),
+        ("task", {}),
+        ("params", {"justify": "right"}),
+        ("preset", {}),
+        ("description", {}),
+    ):
+        table.add_column(col, **kw)
+    for r in rows:
+        table.add_row(
+            r["name"], r["kind"], r["task"], f"{r['params']:,}", r["preset"], r["description"]
+        )
+    console.print(table)
+
+
+# -- shared options -------------------------------------------------------------------------
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Artifact path, bundled model or architecture name.")
+]
+TileOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tile", help="Tile size in pixels (0: never tile; default: tile above 512x512)."
+    ),
+]
+TtaOpt = Annotated[
+    str, typer.Option("--tta", help="Self-ensemble: none, flip or x8 (flips and rotations).")
+]
+MaxPixOpt = Annotated[
+    int | None,
+    typer.Option("--max-pixels", help="Refuse images with more decoded pixels (default 200M)."),
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="torch device, e.g. cpu or cuda.")]
+
+
+def _make_restorer(model: str, tile: int | None, tta: str, device: str) -> Any:
+    from clearsight.engine.inference import ENSEMBLE_VIEWS, InferenceOptions, Restorer
+    from clearsight.errors import UnknownNameError
+    from clearsight.zoo import resolve_model
+
+    if tta not in ENSEMBLE_VIEWS:
+        raise UnknownNameError(f"--tta: unknown value {tta!r}; known: {', '.join(ENSEMBLE_VIEWS)}")
+    if tile is not None and tile < 0:
+        raise ClearsightError(f"--tile must be >= 0, got {tile}")
+    loaded = resolve_model(model, device=device)
+    return Restorer(loaded, InferenceOptions(tile=tile, ensemble=tta, device=device))  # type: ignore[arg-type]
+
+
+def _restore_files(
+    restorer: Any, inputs: list[Path], out: Path, max_pixels: int | None, what: str
+) -> list[Path]:
+    from clearsight.io import image_to_tensor, read_image, tensor_to_image, write_image
+    from clearsight.engine.batch import plan_outputs
+
+    plan = plan_outputs(inputs, out)
+    written = []
+    with _progress() as progress:
+        images = progress.add_task(what, total=len(plan))
+        for src, dst in plan:
+            img = read_image(src, max_pixels=max_pixels)
+            tiles = progress.add_task(f"  {src.name}", total=None)
+
+            def on_tile(done: int, total: int, tiles: Any = tiles) -> None:
+                progress.update(tiles, completed=done, total=total)
+
+            out_t, ms = restorer.timed_restore(image_to_tensor(img), on_tile)
+            dtype = img.dtype
+            write_image(dst, tensor_to_image(out_t, dtype=dtype), bit_depth=8 * dtype.itemsize)
+            progress.remove_task(tiles)
+            progress.advance(images)
+            written.append(dst)
+            err_console.print(f"{src} -> {dst}  ({ms:.0f} ms)", highlight=False)
+    return written
+
+
+# -- restore --------------------------------------------------------------------------------
+@app.command("restore")
+@_friendly
+def restore_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Image files or folders.")],
+    model: ModelOpt,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("restored"),
+    tile: TileOpt = None,
+    tta: TtaOpt = "none",
+    max_pixels: MaxPixOpt = None,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Restore images with MODEL; outputs mirror the input names under OUT."""
+    restorer = _make_restorer(model, tile, tta, device)
+    written = _restore_files(restorer, inputs, out, max_pixels, "restoring")
+    console.print(f"restored {len(written)} image(s) into {out}")
+
+
+# -- derain ---------------------------------------------------------------------------------
+DEFAULT_DERAIN = "default-derain"
+
+
+@app.command("derain")
+@_friendly
+def derain_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Rainy image files or folders.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("derained"),
+    tile: TileOpt = None,
+    tta: TtaOpt = "none",
+    max_pixels: MaxPixOpt = None,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Remove rain with the bundled default deraining model."""
+    from clearsight.zoo import bundled_models
+
+    if DEFAULT_DERAIN not in bundled_models():
+        raise ClearsightError(
+            f"the bundled deraining model {DEFAULT_DERAIN!r} is not part of this release yet; "
+            "use `clearsight restore --model ARTIFACT` with a trained RESCAN artifact"
+        )
+    restorer = _make_restorer(DEFAULT_DERAIN, tile, tta, device)
+    written = _restore_files(restorer, inputs, out, max_pixels, "deraining")
+    console.print(f"derained {len(written)} image(s) into {out}")
+
+
+# -- eval -----------------------------------------------------------------------------------
+@app.command("eval")
+@_friendly
+def eval_cmd(
+    model: ModelOpt,
+    data: Annotated[Path, typer.Option("--data", "-d", help="Folder with rain/clean, moire/clean or input/target.")],
+    preset: Annotated[str | None, typer.Option("--preset", "-p", help="Metric preset (default: the model's).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for per_image.csv and summary.json.")] = None,
+    crop_border: Annotated[int | None, typer.Option("--crop-border", help="Pixels cropped from each side before scoring.")] = None,
+    ms_ssim: Annotated[bool, typer.Option("--ms-ssim", help="Also compute MS-SSIM.")] = False,
+    save_images: Annotated[bool, typer.Option("--save-images", help="Also write the restored images under OUT/images.")] = False,
+    tile: TileOpt = None,
+    tta: TtaOpt = "none",
+    max_pixels: MaxPixOpt = None,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
+    from clearsight.data.pairs import find_pairs
+    from clearsight.engine.evaluate import evaluate
+    from clearsight.metrics.presets import get_preset
+
+    restorer = _make_restorer(model, tile, tta, device)
+    preset_name = preset or restorer.loaded.config.metric_preset
+    mp = get_preset(preset_name, crop_border=crop_border)
+    pairs = find_pairs(data)
+    if save_images and out is None:
+        raise ClearsightError("--save-images needs --out")
+    with _progress() as progress:
+        task = progress.add_task(f"eval {data.name}", total=len(pairs))
+        result = evaluate(
+            restorer,
+            pairs,
+            mp,
+            model_name=model,
+            data_name=str(data),
+            save_dir=(out / "images") if (save_images and out) else None,
+            max_pixels=max_pixels,
+            on_image=lambda r: progress.advance(task),
+            ms_ssim=ms_ssim,
+        )
+    summary = result.summary()
+    table = Table(title=f"{model} on {data}  [preset {mp.name}: {mp.description}]")
+    table.add_column("metric")
+    for col in ("mean", "median", "min", "max"):
+        table.add_column(col, justify="right")
+    for m in result.metric_names:
+        s = summary[m]
+        fmt = "{:.3f}" if m == "psnr" else "{:.4f}"
+        table.add_row(m, *(fmt.format(s[c]) if s[c] is not None else "inf" for c in ("mean", "median", "min", "max")))
+    lat = summary["latency_ms"]
+    table.add_row("latency ms", f"{lat['mean']:.1f}", f"{lat['median']:.1f}", "", "")
+    console.print(table)
+    console.print(f"n = {summary['n']}; worst: {', '.join(summary['worst'])}")
+    if out is not None:
+        csv_path, json_path = result.write(out)
+        console.print(f"wrote {csv_path} and {json_path}")
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

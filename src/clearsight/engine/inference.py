@@ -1,0 +1,149 @@
+"""Restoring images of any size: same size out, never resized (DESIGN.md 2.7).
+
+`Restorer` wraps a loaded model with its preprocessing spec. Inputs are padded to the
+model's multiple and cropped back; images above a pixel budget are tiled (the model's own
+exact tiled path when it has one, else overlapping blended tiles); an optional x8
+flip/rotation self-ensemble averages the eight dihedral views.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from clearsight.artifact import LoadedModel
+from clearsight.engine.tiling import Progress, tiled_apply
+
+Ensemble = Literal["none", "flip", "x8"]
+DEFAULT_TILE = 256
+DEFAULT_MAX_UNTILED_PIXELS = 512 * 512
+DEFAULT_HALO = 32  # used when a model declares no receptive radius
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """How to run a model over an image."""
+
+    tile: int | None = None
+    """Tile size in pixels; None tiles only images above `max_untiled_pixels`, 0 never tiles."""
+    max_untiled_pixels: int = DEFAULT_MAX_UNTILED_PIXELS
+    halo: int | None = None
+    """Context around generic tiles; None uses the model's receptive radius (exact)."""
+    blend: int = 0
+    ensemble: Ensemble = "none"
+    device: str = "cpu"
+
+
+def _dihedral(k: int) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
+    """The k-th of the 8 flip/rotation views (k < 4: rotations; k >= 4: flipped rotations)."""
+    rot, flip = k % 4, k >= 4
+
+    def fwd(t: torch.Tensor) -> torch.Tensor:
+        t = t.flip(-1) if flip else t
+        return torch.rot90(t, rot, dims=(-2, -1))
+
+    def inv(t: torch.Tensor) -> torch.Tensor:
+        t = torch.rot90(t, -rot, dims=(-2, -1))
+        return t.flip(-1) if flip else t
+
+    return fwd, inv
+
+
+ENSEMBLE_VIEWS: dict[str, list[int]] = {"none": [0], "flip": [0, 4], "x8": list(range(8))}
+
+
+class Restorer:
+    """Run a restoration model on [B,3,H,W] RGB tensors in [0,1]."""
+
+    def __init__(self, loaded: LoadedModel, options: InferenceOptions | None = None) -> None:
+        self.loaded = loaded
+        self.options = options or InferenceOptions()
+        if self.options.ensemble not in ENSEMBLE_VIEWS:
+            known = ", ".join(ENSEMBLE_VIEWS)
+            raise ValueError(f"unknown ensemble {self.options.ensemble!r}; known: {known}")
+        self.model = loaded.model.eval().to(self.options.device)
+        self.spec = loaded.config.preprocess
+        self.pad_multiple = max(
+            int(getattr(self.model, "pad_multiple", 1)), int(self.spec.pad_multiple)
+        )
+
+    # -- pieces -------------------------------------------------------------------------
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
+        restore = getattr(self.model, "restore", None)
+        y = restore(x) if callable(restore) else self.model(x)
+        if isinstance(y, list | tuple):
+            y = y[-1]
+        return y
+
+    def _padded_forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.pad_multiple
+        h, w = x.shape[-2:]
+        ph, pw = (-h) % m, (-w) % m
+        if ph or pw:
+            mode = "reflect" if ph < h and pw < w else "replicate"
+            x = F.pad(x, (0, pw, 0, ph), mode=mode)
+        y = self._forward(x)
+        return y[..., :h, :w]
+
+    def _tile_size(self, h: int, w: int) -> int | None:
+        t = self.options.tile
+        if t == 0:
+            return None
+        if t is None:
+            return DEFAULT_TILE if h * w > self.options.max_untiled_pixels else None
+        return t if (h > t or w > t) else None
+
+    def _one_view(self, x: torch.Tensor, progress: Progress | None) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        tile = self._tile_size(h, w)
+        if tile is None:
+            y = self._padded_forward(x)
+            if progress is not None:
+                progress(1, 1)
+            return y
+        exact = getattr(self.model, "restore_tiled", None)
+        if callable(exact) and self.pad_multiple == 1:
+            return exact(x, tile=tile, progress=progress)
+        radius = getattr(self.model, "receptive_radius", None)
+        halo = self.options.halo if self.options.halo is not None else (
+            radius + self.options.blend if radius is not None else DEFAULT_HALO
+        )
+        blend = self.options.blend if radius is not None else max(self.options.blend, halo // 2)
+        return tiled_apply(
+            self._padded_forward, x, tile=tile, halo=halo, blend=blend, progress=progress
+        )
+
+    # -- public -------------------------------------------------------------------------
+    @torch.inference_mode()
+    def restore(self, rgb01: torch.Tensor, progress: Progress | None = None) -> torch.Tensor:
+        """Restore [B,3,H,W] RGB in [0,1]; returns the same shape, clamped to [0,1]."""
+        if rgb01.ndim != 4 or rgb01.shape[1] != 3:
+            raise ValueError(f"expected a [B,3,H,W] tensor, got shape {tuple(rgb01.shape)}")
+        x = self.spec.to_model(rgb01.to(self.options.device, torch.float32))
+        views = ENSEMBLE_VIEWS[self.options.ensemble]
+        acc: torch.Tensor | None = None
+        for i, k in enumerate(views):
+            fwd, inv = _dihedral(k)
+
+            def view_progress(done: int, total: int, i: int = i) -> None:
+                if progress is not None:
+                    progress(i * total + done, len(views) * total)
+
+            y = inv(self._one_view(fwd(x), view_progress))
+            acc = y if acc is None else acc + y
+        assert acc is not None
+        out = self.spec.from_model(acc / len(views))
+        return out.clamp_(0.0, 1.0).cpu()
+
+    def timed_restore(
+        self, rgb01: torch.Tensor, progress: Progress | None = None
+    ) -> tuple[torch.Tensor, float]:
+        """Restore and return (output, latency in milliseconds)."""
+        t0 = time.perf_counter()
+        y = self.restore(rgb01, progress)
+        return y, (time.perf_counter() - t0) * 1000.0

@@ -1,0 +1,30 @@
+"""User-facing errors.
+
+Every error a user can cause (bad file, bad argument, unknown name) is a `ClearsightError`
+with a one-line message that names the file or argument. The CLI prints the message and exits
+non-zero without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+
+class ClearsightError(Exception):
+    """An error caused by input, reported to the user as one line."""
+
+
+class ImageReadError(ClearsightError):
+    """An image file is missing, unreadable, corrupt or too large."""
+
+
+class ImageWriteError(ClearsightError):
+    """An image could not be written."""
+
+
+class PairingError(ClearsightError):
+    """Paired data does not match up (unmatched names, differing sizes)."""
+
+
+class UnknownNameError(ClearsightError):
+    """An unknown model, architecture or metric preset was asked for."""
+
+
+class ArtifactError(ClearsightError):
+    """A model artifact is missing, corrupt or of an unsupported version."""

@@ -1,0 +1,75 @@
+"""Finding a model by what the user typed: an artifact path, a bundled model, or an architecture."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from clearsight.artifact import LoadedModel, load_artifact, make_config
+from clearsight.errors import UnknownNameError
+from clearsight.models.registry import build_model, get_spec, list_specs
+
+BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "models"
+
+
+class UntrainedModelWarning(UserWarning):
+    """An architecture name was used without weights: outputs are meaningless."""
+
+
+def bundled_models() -> dict[str, Path]:
+    """Bundled trained models shipped inside the package, by name."""
+    if not BUNDLED_DIR.is_dir():
+        return {}
+    return {
+        p.name: p
+        for p in sorted(BUNDLED_DIR.iterdir())
+        if p.is_dir() and (p / "config.json").is_file()
+    }
+
+
+def known_model_names() -> list[str]:
+    return sorted(bundled_models()) + [s.name for s in list_specs()]
+
+
+def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
+    """Load `ref`: an artifact path, a bundled model name, or an architecture name.
+
+    An architecture name gives freshly initialised weights (seeded, so runs repeat) and an
+    `UntrainedModelWarning`, except for weightless models such as `identity`.
+    """
+    path = Path(ref)
+    if path.exists():
+        return load_artifact(path, device=device)
+    bundled = bundled_models()
+    if ref in bundled:
+        return load_artifact(bundled[ref], device=device)
+    if ref in {s.name for s in list_specs()}:
+        spec = get_spec(ref)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = build_model(ref)
+        model.eval().to(device)
+        n_params = sum(p.numel() for p in model.parameters())
+        if n_params:
+            warnings.warn(
+                f"architecture {ref!r} has no trained weights here; using a random "
+                f"initialisation (seed {seed}): outputs are not meaningful",
+                UntrainedModelWarning,
+                stacklevel=2,
+            )
+        config = make_config(
+            model,
+            ref,
+            spec.default_args(),
+            name=ref,
+            provenance={"weights": "random-init" if n_params else "none", "seed": seed},
+        )
+        return LoadedModel(model=model, config=config, source=f"architecture:{ref}")
+    looks_like_path = any(sep in ref for sep in ("/", "\\")) or Path(ref).suffix
+    if looks_like_path:
+        raise UnknownNameError(f"model artifact not found: {ref}")
+    raise UnknownNameError(
+        f"unknown model {ref!r}; known: {', '.join(known_model_names())} (or a path to an artifact)"
+    )

@@ -1,0 +1,69 @@
+"""Small models and images shared by tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from clearsight.artifact import LoadedModel, ModelConfig
+from clearsight.preprocess import PreprocessSpec
+
+
+class TinyConvNet(nn.Module):
+    """Three dilated 3x3 convs: receptive radius 1 + 2 + 3 = 6, no global ops."""
+
+    pad_multiple = 1
+    receptive_radius = 6
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(8, 8, 3, padding=2, dilation=2),
+            nn.ReLU(),
+            nn.Conv2d(8, 3, 3, padding=3, dilation=3),
+        )
+
+    def restore(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 0.1 * self.body(x)
+
+
+class GlobalMeanNet(nn.Module):
+    """Adds the global mean: no finite receptive field (like SE or tone blocks)."""
+
+    pad_multiple = 1
+    receptive_radius = None
+
+    def restore(self, x: torch.Tensor) -> torch.Tensor:
+        return x + x.mean(dim=(2, 3), keepdim=True)
+
+
+class MultipleOf8Net(nn.Module):
+    """Needs H and W divisible by 8 (like space-to-depth models)."""
+
+    pad_multiple = 8
+    receptive_radius = 0
+
+    def restore(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        assert h % 8 == 0 and w % 8 == 0, (h, w)
+        return x * 0.5
+
+
+def loaded(model: nn.Module, preprocess: PreprocessSpec | None = None) -> LoadedModel:
+    cfg = ModelConfig(
+        architecture="test",
+        arch_args={},
+        task="any",
+        preprocess=preprocess or PreprocessSpec(),
+        metric_preset="rgb",
+    )
+    return LoadedModel(model=model.eval(), config=cfg, source="test")
+
+
+def random_image(h: int, w: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
