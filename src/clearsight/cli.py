@@ -189,8 +189,8 @@ def _make_restorer(model: str, tile: int | None, tta: str, device: str) -> Any:
 def _restore_files(
     restorer: Any, inputs: list[Path], out: Path, max_pixels: int | None, what: str
 ) -> list[Path]:
-    from clearsight.io import image_to_tensor, read_image, tensor_to_image, write_image
     from clearsight.engine.batch import plan_outputs
+    from clearsight.io import image_to_tensor, read_image, tensor_to_image, write_image
 
     plan = plan_outputs(inputs, out)
     written = []
@@ -263,12 +263,24 @@ def derain_cmd(
 @_friendly
 def eval_cmd(
     model: ModelOpt,
-    data: Annotated[Path, typer.Option("--data", "-d", help="Folder with rain/clean, moire/clean or input/target.")],
-    preset: Annotated[str | None, typer.Option("--preset", "-p", help="Metric preset (default: the model's).")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for per_image.csv and summary.json.")] = None,
-    crop_border: Annotated[int | None, typer.Option("--crop-border", help="Pixels cropped from each side before scoring.")] = None,
+    data: Annotated[
+        Path,
+        typer.Option("--data", "-d", help="Folder with rain/clean, moire/clean or input/target."),
+    ],
+    preset: Annotated[
+        str | None, typer.Option("--preset", "-p", help="Metric preset (default: the model's).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder for per_image.csv and summary.json.")
+    ] = None,
+    crop_border: Annotated[
+        int | None,
+        typer.Option("--crop-border", help="Pixels cropped from each side before scoring."),
+    ] = None,
     ms_ssim: Annotated[bool, typer.Option("--ms-ssim", help="Also compute MS-SSIM.")] = False,
-    save_images: Annotated[bool, typer.Option("--save-images", help="Also write the restored images under OUT/images.")] = False,
+    save_images: Annotated[
+        bool, typer.Option("--save-images", help="Also write the restored images under OUT/images.")
+    ] = False,
     tile: TileOpt = None,
     tta: TtaOpt = "none",
     max_pixels: MaxPixOpt = None,
@@ -306,7 +318,13 @@ def eval_cmd(
     for m in result.metric_names:
         s = summary[m]
         fmt = "{:.3f}" if m == "psnr" else "{:.4f}"
-        table.add_row(m, *(fmt.format(s[c]) if s[c] is not None else "inf" for c in ("mean", "median", "min", "max")))
+        table.add_row(
+            m,
+            *(
+                fmt.format(s[c]) if s[c] is not None else "inf"
+                for c in ("mean", "median", "min", "max")
+            ),
+        )
     lat = summary["latency_ms"]
     table.add_row("latency ms", f"{lat['mean']:.1f}", f"{lat['median']:.1f}", "", "")
     console.print(table)
@@ -323,3 +341,131 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+
+
+# -- check-data -----------------------------------------------------------------------------
+@app.command("check-data")
+@_friendly
+def check_data_cmd(
+    data: Annotated[
+        Path, typer.Argument(help="Folder with rain/clean, moire/clean or input/target pairs.")
+    ],
+    input_dir: Annotated[
+        str | None, typer.Option("--input-dir", help="Input folder name under DATA.")
+    ] = None,
+    target_dir: Annotated[
+        str | None, typer.Option("--target-dir", help="Target folder name under DATA.")
+    ] = None,
+    name_map: Annotated[
+        str | None,
+        typer.Option("--name-map", help="Target name from the input's stem, e.g. 'no{stem}'."),
+    ] = None,
+    side_by_side: Annotated[
+        bool,
+        typer.Option("--side-by-side", help="Each file holds both images side by side (RESCAN)."),
+    ] = False,
+    order: Annotated[
+        str, typer.Option("--order", help="Side-by-side halves: clean-rain or rain-clean.")
+    ] = "clean-rain",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Read file headers only (misses truncated data).")
+    ] = False,
+) -> None:
+    """Check paired training data (names, sizes, readable files); exit 1 on any problem."""
+    from rich.markup import escape
+
+    from clearsight.data.paired import validate_pairs, validate_side_by_side
+
+    if side_by_side:
+        if input_dir or target_dir or name_map:
+            raise ClearsightError(
+                "--side-by-side takes a folder of files; it has no --input-dir, "
+                "--target-dir or --name-map"
+            )
+        report = validate_side_by_side(data, order=order, decode=not quick)  # type: ignore[arg-type]
+    else:
+        report = validate_pairs(
+            data, input_dir=input_dir, target_dir=target_dir, name_map=name_map, decode=not quick
+        )
+    table = Table(title=f"check-data {escape(str(data))}")
+    table.add_column("item", style="bold")
+    table.add_column("value")
+    for label, value in report.summary()[1:]:
+        table.add_row(label, value)
+    console.print(table)
+    problems = report.problems()
+    if problems:
+        console.print(f"[bold red]problems ({len(problems)}):[/]")
+        for line in problems:
+            console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+    for line in report.warning_lines():
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    if problems:
+        console.print(
+            f"[bold red]{len(problems)} problem(s) found[/] in {escape(str(data))}", highlight=False
+        )
+        raise typer.Exit(code=1)
+    console.print(f"[green]ok:[/] {report.n_pairs} pairs ready for training", highlight=False)
+
+
+# -- train ----------------------------------------------------------------------------------
+@app.command("train")
+@_friendly
+def train_cmd(
+    config: Annotated[Path | None, typer.Argument(help="Training config (YAML).")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a config value: key.path=value (YAML value)."),
+    ] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run-dir", help="Output folder (default: runs/CONFIG-NAME).")
+    ] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue the run in this folder exactly.")
+    ] = None,
+    overfit_batch: Annotated[
+        bool,
+        typer.Option("--overfit-batch", help="Train on one batch; fail if the loss won't fall."),
+    ] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+) -> None:
+    """Train a model from CONFIG (or --resume RUN_DIR); writes RUN_DIR/best and RUN_DIR/last."""
+    from clearsight.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
+    from clearsight.engine.train_config import apply_overrides, config_from_dict, load_config
+    from clearsight.engine.trainer import OVERFIT_MARGIN, train
+
+    if resume is not None:
+        if config is not None:
+            raise ClearsightError("give either CONFIG or --resume RUN_DIR, not both")
+        state = load_checkpoint(resume / CHECKPOINT_FILE)
+        cfg = config_from_dict(apply_overrides(state["config"], set_ or []))
+        out = resume
+    else:
+        if config is None:
+            raise ClearsightError("give a training CONFIG (YAML) or --resume RUN_DIR")
+        cfg = load_config(config, set_ or [])
+        out = run_dir or Path("runs") / config.stem
+        if (out / CHECKPOINT_FILE).exists() and not overfit_batch:
+            raise ClearsightError(
+                f"{out} already holds a run; continue it with --resume {out} or pick --run-dir"
+            )
+    result = train(
+        cfg, out, resume=resume is not None, overfit_batch=overfit_batch, progress=not no_progress
+    )
+    if overfit_batch:
+        first, last = result.first_loss, result.last_loss
+        console.print(f"overfit one batch: first loss {first:.6g}, last loss {last:.6g}")
+        if not result.overfit_ok:
+            raise ClearsightError(
+                f"the loss did not fall below {OVERFIT_MARGIN:g} x its first value in "
+                f"{result.steps} steps on one batch: check the model, loss and learning rate"
+            )
+        console.print("[green]ok:[/] the loss fell", highlight=False)
+        return
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.val_metrics.items()) or "no validation"
+    console.print(
+        f"trained {result.steps} steps: loss {result.first_loss:.6g} -> {result.last_loss:.6g}; "
+        f"{metrics}; skipped {result.nan_skipped} NaN step(s), {result.rollbacks} rollback(s)",
+        highlight=False,
+    )
+    console.print(f"model: {out / 'best'} (best), {out / 'last'} (last)", highlight=False)

@@ -1,0 +1,24 @@
+"""Image-quality metrics and their named conventions (presets).
+
+Metric numbers are only comparable under one convention; see `clearsight.metrics.presets`.
+"""
+
+from clearsight.metrics._errors import MetricInputError, ShapeMismatchError
+from clearsight.metrics.color import rgb_to_y
+from clearsight.metrics.image_metrics import MS_SSIM_MIN_SIDE, MS_SSIM_WEIGHTS, ms_ssim, psnr, ssim
+from clearsight.metrics.presets import PRESETS, MetricPreset, get_preset, netdisk_score
+
+__all__ = [
+    "MS_SSIM_MIN_SIDE",
+    "MS_SSIM_WEIGHTS",
+    "PRESETS",
+    "MetricInputError",
+    "MetricPreset",
+    "ShapeMismatchError",
+    "get_preset",
+    "ms_ssim",
+    "netdisk_score",
+    "psnr",
+    "rgb_to_y",
+    "ssim",
+]

@@ -1,0 +1,54 @@
+"""README is the front door: its quick-start commands work exactly as written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+
+
+def _block_after(marker: str) -> str:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    i = lines.index(marker)
+    assert lines[i + 1].startswith("```"), f"a code block must follow {marker}"
+    end = lines.index("```", i + 2)
+    return "\n".join(lines[i + 2 : end]).strip()
+
+
+def test_readme_has_a_one_line_quickstart_and_test_command():
+    quick = _block_after("<!-- quickstart -->")
+    test = _block_after("<!-- test-command -->")
+    assert "\n" not in quick and "\n" not in test
+    assert "pip install torch==2.14.1 torchvision==0.29.1" in quick
+    assert "pytest" in test
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert "<!-- test-command -->" in ci  # CI runs exactly the README's test command
+
+
+def test_quickstart_commands_run(shared_data: Path, tmp_path: Path):
+    """Run the clearsight part of the quick start (the install part is what CI itself does)."""
+    quick = _block_after("<!-- quickstart -->")
+    steps = [s.strip() for s in quick.split("&&")]
+    commands = [s for s in steps if s.startswith("clearsight ")]
+    assert commands, "the quick start must run clearsight"
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    workdir = tmp_path / "checkout"
+    workdir.mkdir()
+    # the quick start runs from the repository root with ../shared beside it
+    (tmp_path / "shared").symlink_to(shared_data.parent, target_is_directory=True)
+    for cmd in commands:
+        res = subprocess.run(
+            shlex.split(cmd), cwd=workdir, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert res.returncode == 0, f"{cmd}\n{res.stdout}\n{res.stderr}"
+    summary = json.loads((workdir / "runs" / "rain100l-input" / "summary.json").read_text())
+    assert summary["preset"] == "y-matlab" and summary["n"] == 100
+    assert round(summary["psnr"]["mean"], 3) == 26.898
