@@ -42,7 +42,9 @@ def test_round_trip_restores_identical_weights_and_config(tmp_path, single_file)
     assert loaded.config.provenance["steps"] == 3
     assert loaded.config.param_count == count_parameters(model)
     assert loaded.config.preprocess.color_order == "RGB"
-    for (k, a), (k2, b) in zip(model.state_dict().items(), loaded.model.state_dict().items(), strict=True):
+    for (k, a), (k2, b) in zip(
+        model.state_dict().items(), loaded.model.state_dict().items(), strict=True
+    ):
         assert k == k2 and torch.equal(a, b)
     x = torch.rand(1, 3, 24, 24)
     with torch.no_grad():
@@ -55,7 +57,14 @@ def test_config_is_versioned_json_with_layer_shapes(tmp_path):
     data = json.loads((tmp_path / "m" / CONFIG_FILE).read_text())
     assert data["format"] == "clearsight.model" and data["format_version"] == FORMAT_VERSION
     assert data["layer_shapes"]["decoder.0.weight"] == [8, 8, 3, 3]
-    assert set(data) >= {"architecture", "arch_args", "task", "preprocess", "metric_preset", "provenance"}
+    assert set(data) >= {
+        "architecture",
+        "arch_args",
+        "task",
+        "preprocess",
+        "metric_preset",
+        "provenance",
+    }
 
 
 def test_loading_never_unpickles(tmp_path, monkeypatch):
@@ -142,7 +151,9 @@ def test_resolve_model_by_name_path_and_unknown(tmp_path):
     with pytest.warns(UntrainedModelWarning):
         b = resolve_model("rescan")
     # seeded initialisation: the same name gives the same weights
-    assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True))
+    assert all(
+        torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters(), strict=True)
+    )
     save_artifact(a.model, tmp_path / "art", a.config)
     assert resolve_model(str(tmp_path / "art")).config.architecture == "rescan"
     with pytest.raises(UnknownNameError, match="known: .*identity"):

@@ -53,14 +53,18 @@ def test_eval_identity_writes_csv_and_summary(tmp_path, layout):
     data = _pairs(tmp_path / "data", layout=layout)
     out = tmp_path / "out"
     res = runner.invoke(
-        app, ["eval", "--model", "identity", "--data", str(data), "--preset", "rgb", "--out", str(out)]
+        app,
+        ["eval", "--model", "identity", "--data", str(data), "--preset", "rgb", "--out", str(out)],
     )
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader((out / "per_image.csv").open()))
     assert [r["name"] for r in rows] == ["a", "b", "c"]
     assert set(rows[0]) == {"name", "psnr", "ssim", "latency_ms"}
     expected = [
-        _psnr(np.asarray(Image.open(data / layout[0] / f"{n}.png")), np.asarray(Image.open(data / layout[1] / f"{n}.png")))
+        _psnr(
+            np.asarray(Image.open(data / layout[0] / f"{n}.png")),
+            np.asarray(Image.open(data / layout[1] / f"{n}.png")),
+        )
         for n in "abc"
     ]
     for r, e in zip(rows, expected, strict=True):
@@ -82,7 +86,9 @@ def test_restore_mirrors_names_and_keeps_size(tmp_path):
     single = tmp_path / "single.png"
     Image.fromarray(random_image(15, 16, seed=4)).save(single)
     out = tmp_path / "out"
-    res = runner.invoke(app, ["restore", "--model", "identity", str(src), str(single), "-o", str(out)])
+    res = runner.invoke(
+        app, ["restore", "--model", "identity", str(src), str(single), "-o", str(out)]
+    )
     assert res.exit_code == 0, res.output
     assert read_image(out / "x.png").shape == (33, 47, 3)
     assert (read_image(out / "x.png") == read_image(src / "x.png")).all()
@@ -93,7 +99,9 @@ def test_restore_mirrors_names_and_keeps_size(tmp_path):
 def test_restore_with_untrained_architecture_warns_and_keeps_size(tmp_path):
     img = tmp_path / "odd.png"
     Image.fromarray(random_image(31, 45)).save(img)
-    res = runner.invoke(app, ["restore", "--model", "rescan", str(img), "-o", str(tmp_path / "o"), "--tile", "16"])
+    res = runner.invoke(
+        app, ["restore", "--model", "rescan", str(img), "-o", str(tmp_path / "o"), "--tile", "16"]
+    )
     assert res.exit_code == 0, res.output
     assert "random" in res.output  # the untrained-weights warning
     assert read_image(tmp_path / "o" / "odd.png").shape == (31, 45, 3)
@@ -111,7 +119,9 @@ def test_unknown_model_and_preset_list_the_known_ones(tmp_path):
     data = _pairs(tmp_path / "d")
     out = _error(runner.invoke(app, ["eval", "--model", "nope", "--data", str(data)]))
     assert "rescan" in out and "identity" in out
-    out = _error(runner.invoke(app, ["eval", "--model", "identity", "--data", str(data), "--preset", "psnr"]))
+    out = _error(
+        runner.invoke(app, ["eval", "--model", "identity", "--data", str(data), "--preset", "psnr"])
+    )
     assert "y-matlab" in out and "rgb" in out
 
 
@@ -126,7 +136,9 @@ def test_size_mismatch_names_both_files(tmp_path):
     data = _pairs(tmp_path / "d")
     Image.fromarray(random_image(41, 56)).save(data / "clean" / "b.png")
     out = _error(runner.invoke(app, ["eval", "--model", "identity", "--data", str(data)]))
-    assert str(data / "rain" / "b.png") in out.replace("\n", "") and str(data / "clean" / "b.png") in out.replace("\n", "")
+    assert str(data / "rain" / "b.png") in out.replace("\n", "") and str(
+        data / "clean" / "b.png"
+    ) in out.replace("\n", "")
 
 
 def test_corrupt_and_missing_images_are_named(tmp_path):
@@ -134,12 +146,26 @@ def test_corrupt_and_missing_images_are_named(tmp_path):
     (data / "rain" / "c.png").write_bytes(b"definitely not a png")
     out = _error(runner.invoke(app, ["eval", "--model", "identity", "--data", str(data)]))
     assert "c.png" in out
-    out = _error(runner.invoke(app, ["restore", "--model", "identity", str(tmp_path / "ghost.png"), "-o", str(tmp_path / "o")]))
+    out = _error(
+        runner.invoke(
+            app,
+            [
+                "restore",
+                "--model",
+                "identity",
+                str(tmp_path / "ghost.png"),
+                "-o",
+                str(tmp_path / "o"),
+            ],
+        )
+    )
     assert "ghost.png" in out
 
 
 def test_missing_data_folder_is_a_clear_error(tmp_path):
-    out = _error(runner.invoke(app, ["eval", "--model", "identity", "--data", str(tmp_path / "none")]))
+    out = _error(
+        runner.invoke(app, ["eval", "--model", "identity", "--data", str(tmp_path / "none")])
+    )
     assert "none" in out
 
 
@@ -152,7 +178,17 @@ def test_derain_without_bundled_model_exits_nonzero_with_a_message(tmp_path):
 
 def test_debug_flag_shows_the_traceback(tmp_path):
     res = subprocess.run(
-        [sys.executable, "-m", "clearsight", "--debug", "eval", "--model", "nope", "--data", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "clearsight",
+            "--debug",
+            "eval",
+            "--model",
+            "nope",
+            "--data",
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
     )

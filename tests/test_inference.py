@@ -49,7 +49,9 @@ def test_too_small_halo_is_not_exact():
 
 def test_tiling_progress_reports_every_tile():
     calls = []
-    tiled_apply(lambda t: t, _x(100, 100), tile=40, halo=0, progress=lambda d, t: calls.append((d, t)))
+    tiled_apply(
+        lambda t: t, _x(100, 100), tile=40, halo=0, progress=lambda d, t: calls.append((d, t))
+    )
     assert calls == [(i, 9) for i in range(1, 10)]
 
 
@@ -124,7 +126,9 @@ def test_preprocess_spec_is_applied_and_inverted():
             seen["x"] = x.clone()
             return x
 
-    spec = PreprocessSpec(color_order="BGR", value_range=(0.0, 255.0), mean=(127.5,) * 3, std=(127.5,) * 3)
+    spec = PreprocessSpec(
+        color_order="BGR", value_range=(0.0, 255.0), mean=(127.5,) * 3, std=(127.5,) * 3
+    )
     x = _x(8, 8)
     y = Restorer(loaded(Spy(), spec)).restore(x)
     expected_in = (x.flip(1) * 255 - 127.5) / 127.5

@@ -68,7 +68,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> ModelConfig:
         if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
-            raise ArtifactError(f"{source}: not a clearsight model config (no format={FORMAT_NAME!r})")
+            raise ArtifactError(
+                f"{source}: not a clearsight model config (no format={FORMAT_NAME!r})"
+            )
         version = d.get("format_version")
         if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
             raise ArtifactError(
@@ -229,7 +231,9 @@ def load_artifact(path: str | os.PathLike[str], device: str | torch.device = "cp
             )
             if part
         )
-        raise ArtifactError(f"{weights}: weights do not fit architecture {config.architecture!r}: {detail}")
+        raise ArtifactError(
+            f"{weights}: weights do not fit architecture {config.architecture!r}: {detail}"
+        )
     model.load_state_dict(state, strict=True)
     model.eval().to(device)
     return LoadedModel(model=model, config=config, source=str(p))

@@ -51,9 +51,13 @@ class PreprocessSpec:
         if kw.get("size") is not None:
             kw["size"] = tuple(int(v) for v in kw["size"])
         if kw.get("color_order", "RGB") not in ("RGB", "BGR"):
-            raise ArtifactError(f"preprocess color_order must be RGB or BGR, got {kw['color_order']!r}")
+            raise ArtifactError(
+                f"preprocess color_order must be RGB or BGR, got {kw['color_order']!r}"
+            )
         if kw.get("resize", "none") not in ("none", "fixed"):
-            raise ArtifactError(f"preprocess resize must be 'none' or 'fixed', got {kw['resize']!r}")
+            raise ArtifactError(
+                f"preprocess resize must be 'none' or 'fixed', got {kw['resize']!r}"
+            )
         return cls(**kw)
 
     def to_model(self, rgb01: torch.Tensor) -> torch.Tensor:

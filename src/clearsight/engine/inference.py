@@ -39,7 +39,9 @@ class InferenceOptions:
     device: str = "cpu"
 
 
-def _dihedral(k: int) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
+def _dihedral(
+    k: int,
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
     """The k-th of the 8 flip/rotation views (k < 4: rotations; k >= 4: flipped rotations)."""
     rot, flip = k % 4, k >= 4
 
@@ -110,8 +112,10 @@ class Restorer:
         if callable(exact) and self.pad_multiple == 1:
             return exact(x, tile=tile, progress=progress)
         radius = getattr(self.model, "receptive_radius", None)
-        halo = self.options.halo if self.options.halo is not None else (
-            radius + self.options.blend if radius is not None else DEFAULT_HALO
+        halo = (
+            self.options.halo
+            if self.options.halo is not None
+            else (radius + self.options.blend if radius is not None else DEFAULT_HALO)
         )
         blend = self.options.blend if radius is not None else max(self.options.blend, halo // 2)
         return tiled_apply(
