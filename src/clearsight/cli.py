@@ -430,6 +430,8 @@ def train_cmd(
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Train a model from CONFIG (or --resume RUN_DIR); writes RUN_DIR/best and RUN_DIR/last."""
+    import os
+
     from clearsight.engine.checkpoint import CHECKPOINT_FILE, load_checkpoint
     from clearsight.engine.train_config import apply_overrides, config_from_dict, load_config
     from clearsight.engine.trainer import OVERFIT_MARGIN, train
@@ -452,6 +454,8 @@ def train_cmd(
     result = train(
         cfg, out, resume=resume is not None, overfit_batch=overfit_batch, progress=not no_progress
     )
+    if os.environ.get("RANK", "0") != "0":
+        return  # under torchrun, rank 0 reports
     if overfit_batch:
         first, last = result.first_loss, result.last_loss
         console.print(f"overfit one batch: first loss {first:.6g}, last loss {last:.6g}")

@@ -1,0 +1,294 @@
+"""Training configuration: YAML checked on load into typed dataclasses.
+
+A typo in a config should fail before the first step, not after an hour, so every key is
+checked against the dataclasses below: an unknown key or a value of the wrong type is a
+`TrainConfigError` that names the key path (`optim.lrr: unknown key`, `train.steps: expected
+int, got str`). `--set key.path=value` overrides are parsed as YAML and checked the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clearsight.errors import ClearsightError
+
+__all__ = [
+    "DataConfig",
+    "LossConfig",
+    "ModelSection",
+    "OptimConfig",
+    "ScheduleConfig",
+    "TrainConfig",
+    "TrainConfigError",
+    "TrainSection",
+    "ValConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "load_config",
+]
+
+
+class TrainConfigError(ClearsightError, ValueError):
+    """A training config that cannot be used; the message names the key path."""
+
+
+@dataclass
+class ModelSection:
+    """Architecture name from the registry and its constructor arguments."""
+
+    arch: str = "rescan"
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DataConfig:
+    """Where the pairs live and how they become batches (`batch_size` is global, all ranks)."""
+
+    train: str = ""
+    val: str | None = None
+    layout: str = "folders"  # folders | side-by-side
+    input_dir: str | None = None
+    target_dir: str | None = None
+    name_map: str | None = None
+    order: str = "clean-rain"  # side-by-side halves
+    patch_size: int = 64
+    batch_size: int = 16
+    workers: int = 0
+    cache: str = "memory"  # memory | none
+    seed: int = 0
+    repeat: int = 1
+
+
+@dataclass
+class OptimConfig:
+    name: str = "adam"  # adam | adamw
+    lr: float = 5e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 0.0
+
+
+@dataclass
+class ScheduleConfig:
+    """multistep: lr x gamma at each milestone (RESCAN's); cosine: linear warmup then cosine."""
+
+    name: str = "multistep"  # multistep | cosine
+    milestones: list[int] = field(default_factory=list)
+    gamma: float = 0.1
+    warmup_steps: int = 0
+    min_lr: float = 0.0
+
+
+@dataclass
+class LossConfig:
+    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan
+    eps: float = 1e-3  # charbonnier
+
+
+@dataclass
+class TrainSection:
+    steps: int = 1000
+    grad_accum: int = 1
+    clip_grad_norm: float = 0.0  # 0: off
+    ema_decay: float = 0.0  # 0: off
+    amp: str = "auto"  # auto (bf16 on a CUDA device that has it, else off) | bf16 | off
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    seed: int = 0
+    log_every: int = 10
+    val_every: int = 500
+    ckpt_every: int = 500
+    nan_patience: int = 3
+    max_rollbacks: int = 3
+    tensorboard: bool = True
+
+
+@dataclass
+class ValConfig:
+    preset: str | None = None  # None: the architecture's preset
+    max_images: int = 0  # 0: all
+    crop_border: int | None = None
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainSection = field(default_factory=TrainSection)
+    val: ValConfig = field(default_factory=ValConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON/YAML-able dict; `config_from_dict` reads it back."""
+        return asdict(self)
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "data.layout": ("folders", "side-by-side"),
+    "data.order": ("clean-rain", "rain-clean"),
+    "data.cache": ("memory", "none"),
+    "optim.name": ("adam", "adamw"),
+    "schedule.name": ("multistep", "cosine"),
+    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan"),
+    "train.amp": ("auto", "bf16", "off"),
+}
+POSITIVE = {"data.patch_size", "data.batch_size", "data.repeat", "train.steps", "train.grad_accum"}
+POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.nan_patience"}
+POSITIVE |= {"optim.lr"}
+NON_NEGATIVE = {"data.workers", "train.max_rollbacks", "val.max_images", "train.clip_grad_norm"}
+NON_NEGATIVE |= {"optim.weight_decay", "schedule.warmup_steps", "schedule.min_lr"}
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (types.UnionType, typing.Union):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    origin = typing.get_origin(tp)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp))}]"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    """`value` checked against the annotation `tp`; ints are accepted where floats are."""
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, path)
+            except TrainConfigError:
+                continue
+    elif tp is Any:
+        return value
+    elif tp is type(None):
+        if value is None:
+            return None
+    elif dataclasses.is_dataclass(tp):
+        return _section(value, tp, path)
+    elif origin is list:
+        (item,) = typing.get_args(tp)
+        if isinstance(value, list | tuple):
+            return [_coerce(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    elif origin is dict:
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return dict(value)
+    elif tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # PyYAML (YAML 1.1) reads 1e-4 (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str and isinstance(value, str):
+        return value
+    raise TrainConfigError(f"{path}: expected {_type_name(tp)}, got {type(value).__name__}")
+
+
+def _section(raw: Any, cls: Any, path: str) -> Any:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        where = path or "config"
+        raise TrainConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in raw.items():
+        key_path = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise TrainConfigError(f"{key_path}: unknown key (known: {', '.join(sorted(names))})")
+        kwargs[key] = _coerce(value, hints[key], key_path)
+    return cls(**kwargs)
+
+
+def _check_values(cfg: TrainConfig) -> None:
+    """Range and choice checks that types alone cannot express."""
+    flat = {
+        f"{sec}.{k}": v for sec, d in cfg.to_dict().items() for k, v in d.items() if k != "args"
+    }
+    for key, options in CHOICES.items():
+        if flat[key] not in options:
+            raise TrainConfigError(f"{key}: {flat[key]!r} is not one of {', '.join(options)}")
+    for key in POSITIVE:
+        if flat[key] <= 0:
+            raise TrainConfigError(f"{key}: must be > 0, got {flat[key]}")
+    for key in NON_NEGATIVE:
+        if flat[key] < 0:
+            raise TrainConfigError(f"{key}: must be >= 0, got {flat[key]}")
+    if not 0.0 <= cfg.train.ema_decay < 1.0:
+        raise TrainConfigError(f"train.ema_decay: must be in [0, 1), got {cfg.train.ema_decay}")
+    if len(cfg.optim.betas) != 2:
+        raise TrainConfigError(f"optim.betas: expected 2 values, got {len(cfg.optim.betas)}")
+    if sorted(cfg.schedule.milestones) != cfg.schedule.milestones:
+        raise TrainConfigError("schedule.milestones: must be increasing")
+
+
+def config_from_dict(raw: Any) -> TrainConfig:
+    """Check a parsed YAML/JSON dict and build the config."""
+    cfg = _section(raw, TrainConfig, "")
+    _check_values(cfg)
+    return cfg
+
+
+def _parse_override(item: str) -> tuple[list[str], Any]:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise TrainConfigError(f"--set {item!r}: expected key.path=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        raise TrainConfigError(f"--set {key}: cannot parse value {text!r} ({exc})") from None
+    return key.strip().split("."), value
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`raw` with each `key.path=value` (value parsed as YAML) set; sections made as needed."""
+    out = dict(raw)
+    for item in overrides:
+        keys, value = _parse_override(item)
+        node = out
+        for i, k in enumerate(keys[:-1]):
+            child = node.get(k)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                raise TrainConfigError(f"{'.'.join(keys[: i + 1])}: is not a section")
+            node[k] = child = dict(child)
+            node = child
+        node[keys[-1]] = value
+    return out
+
+
+def load_config(path: str | os.PathLike[str], overrides: list[str] | None = None) -> TrainConfig:
+    """Read a YAML config, apply `--set` overrides and check everything."""
+    p = Path(path)
+    if not p.is_file():
+        raise TrainConfigError(f"config file not found: {p}")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise TrainConfigError(f"{p}: not valid YAML ({exc})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise TrainConfigError(f"{p}: expected a mapping at the top level")
+    try:
+        return config_from_dict(apply_overrides(raw, overrides or []))
+    except TrainConfigError as exc:
+        raise TrainConfigError(f"{p}: {exc}") from None

@@ -1,0 +1,592 @@
+"""The training loop: `train(config, run_dir)` from Python, `clearsight train` from the shell.
+
+The loop itself (`_Run.loop`) fits on one screen; the pieces around it are small helpers:
+a resumable batch stream (epoch, position), a step-indexed learning-rate schedule, an EMA
+of the weights, validation with a metric preset, and exports through `save_artifact`.
+
+Faults lose nothing: a checkpoint is written atomically every `ckpt_every` steps (and at the
+start, so a rollback always has a target); resume continues bit-exactly on CPU; a NaN/Inf
+loss skips its step, `nan_patience` in a row roll back to the last checkpoint at half the LR,
+and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError`.
+
+Under `torchrun` (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel (gloo on
+CPU, NCCL on GPU), `data.batch_size` is split across ranks, and only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+from clearsight.artifact import LoadedModel, make_config, save_artifact
+from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
+from clearsight.engine.checkpoint import (
+    CHECKPOINT_FILE,
+    CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
+from clearsight.engine.inference import InferenceOptions, Restorer
+from clearsight.engine.train_config import TrainConfig, TrainConfigError, config_from_dict
+from clearsight.errors import ClearsightError
+from clearsight.io import tensor_to_image
+from clearsight.losses import build_loss
+from clearsight.metrics.presets import get_preset
+from clearsight.models.registry import build_model, get_spec
+
+__all__ = ["TrainResult", "TrainingDivergedError", "train", "OVERFIT_MARGIN"]
+
+LOG_FILE = "train_log.jsonl"
+OVERFIT_MARGIN = 0.5
+"""--overfit-batch passes when the last loss is at most this fraction of the first."""
+
+
+class TrainingDivergedError(ClearsightError):
+    """The loss stayed NaN/Inf through every allowed rollback."""
+
+
+@dataclass
+class TrainResult:
+    """What a run did; `first_loss`/`last_loss` are the first and last finite losses."""
+
+    run_dir: Path
+    steps: int
+    first_loss: float | None = None
+    last_loss: float | None = None
+    best_metric: float | None = None
+    val_metrics: dict[str, float] = field(default_factory=dict)
+    nan_skipped: int = 0
+    rollbacks: int = 0
+    lr_scale: float = 1.0
+    overfit_ok: bool | None = None
+    model: nn.Module | None = field(default=None, repr=False)
+    """The trained weights in memory (the EMA copy when EMA is on), on every rank."""
+
+
+# ------------------------------------------------------------------------------ pieces
+@dataclass(frozen=True)
+class _Dist:
+    rank: int = 0
+    world: int = 1
+    device: torch.device = torch.device("cpu")
+    owns_group: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _init_dist(device: str) -> _Dist:
+    """Join the torchrun process group when WORLD_SIZE > 1; pick the device."""
+    want_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Dist(
+            device=torch.device(("cuda" if device == "auto" else device) if want_cuda else "cpu")
+        )
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    dev = torch.device(f"cuda:{local}") if want_cuda else torch.device("cpu")
+    owns = not dist.is_initialized()
+    if owns:
+        if want_cuda:
+            torch.cuda.set_device(dev)
+        dist.init_process_group("nccl" if want_cuda else "gloo")
+    return _Dist(rank=dist.get_rank(), world=dist.get_world_size(), device=dev, owns_group=owns)
+
+
+class _SkipSampler(Sampler[int]):
+    """A DistributedSampler whose next pass starts `skip` samples in (mid-epoch resume)."""
+
+    def __init__(self, inner: DistributedSampler) -> None:
+        self.inner, self.skip = inner, 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(self.inner)[self.skip :])
+
+    def __len__(self) -> int:
+        return len(self.inner) - self.skip
+
+
+class _BatchStream:
+    """Batches in a deterministic order with a position that a checkpoint can restore."""
+
+    def __init__(self, ds: Dataset, batch: int, workers: int, seed: int, d: _Dist) -> None:
+        self.ds, self.batch = ds, batch
+        inner = DistributedSampler(ds, d.world, d.rank, shuffle=True, seed=seed, drop_last=True)
+        self.sampler = _SkipSampler(inner)
+        self.per_epoch = len(inner) // batch
+        if self.per_epoch == 0:
+            raise TrainConfigError(
+                f"data.batch_size: {batch * d.world} is more than the {len(ds)} training "
+                "samples; lower it or raise data.repeat"
+            )
+        self.loader = DataLoader(
+            ds,
+            batch,
+            sampler=self.sampler,
+            num_workers=workers,
+            drop_last=True,
+            persistent_workers=workers > 0,
+        )
+        self.epoch, self.position, self._it = 0, 0, None
+
+    def seek(self, epoch: int, position: int) -> None:
+        self.epoch, self.position, self._it = epoch, position, None
+
+    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.position >= self.per_epoch:
+            self.seek(self.epoch + 1, 0)
+        if self._it is None:
+            self.sampler.inner.set_epoch(self.epoch)
+            self.ds.set_epoch(self.epoch)  # type: ignore[attr-defined]
+            self.sampler.skip = self.position * self.batch
+            self._it = iter(self.loader)
+        self.position += 1
+        return next(self._it)
+
+
+def lr_factor(cfg: TrainConfig, step: int) -> float:
+    """The schedule as a pure function of the step: nothing to restore on resume."""
+    s = cfg.schedule
+    if s.name == "multistep":
+        return s.gamma ** sum(step >= m for m in s.milestones)
+    if step < s.warmup_steps:
+        return (step + 1) / s.warmup_steps
+    t = (step - s.warmup_steps) / max(1, cfg.train.steps - s.warmup_steps)
+    floor = s.min_lr / cfg.optim.lr
+    return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
+
+
+@torch.no_grad()
+def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
+    for e, p in zip(ema.state_dict().values(), model.state_dict().values(), strict=True):
+        if e.dtype.is_floating_point:
+            e.lerp_(p, 1.0 - decay)
+        else:
+            e.copy_(p)
+
+
+def _open_data(cfg: TrainConfig, root: str, train: bool) -> Any:
+    d = cfg.data
+    if not root:
+        raise TrainConfigError(f"data.{'train' if train else 'val'}: no data folder given")
+    kw: dict[str, Any] = {
+        "patch_size": d.patch_size if train else None,
+        "augment": train,
+        "cache": d.cache if train else "none",
+        "seed": d.seed,
+        "repeat": d.repeat if train else 1,
+    }
+    if d.layout == "side-by-side":
+        return SideBySideDataset(root, order=d.order, **kw)  # type: ignore[arg-type]
+    names = {"input_dir": d.input_dir, "target_dir": d.target_dir, "name_map": d.name_map}
+    return PairedFolderDataset(root, **names, **kw)
+
+
+def data_hash(ds: Any) -> str:
+    """sha256 of the sorted (relative path, size) list: names which files were trained on."""
+    root = Path(getattr(ds, "root", "."))
+    files = sorted({f for p in ds.pairs for f in (p.input, p.target)})
+    h = hashlib.sha256()
+    for f in files:
+        rel = os.path.relpath(f, root) if root != Path(".") else str(f)
+        h.update(f"{rel}\t{f.stat().st_size}\n".encode())
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------ the run
+class _Run:
+    """State of one training run; `loop` is the whole algorithm."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, d: _Dist, overfit: bool) -> None:
+        self.cfg, self.run_dir, self.d, self.overfit = cfg, run_dir, d, overfit
+        t = cfg.train
+        self.ckpt_path = run_dir / CHECKPOINT_FILE
+        torch.manual_seed(t.seed)
+        self.model = build_model(cfg.model.arch, **cfg.model.args).to(d.device)
+        self.spec = get_spec(cfg.model.arch)
+        self.ema = copy.deepcopy(self.model).requires_grad_(False) if t.ema_decay > 0 else None
+        self.net: nn.Module = self.model
+        if d.world > 1:
+            self.net = nn.parallel.DistributedDataParallel(self.model)
+        opt_cls = torch.optim.AdamW if cfg.optim.name == "adamw" else torch.optim.Adam
+        self.opt = opt_cls(
+            self.model.parameters(),
+            lr=cfg.optim.lr,
+            betas=tuple(cfg.optim.betas),
+            weight_decay=cfg.optim.weight_decay,
+        )
+        self.loss_fn = build_loss(cfg.loss.name, eps=cfg.loss.eps)
+        self.train_ds = _open_data(cfg, cfg.data.train, True)
+        if cfg.data.batch_size % d.world:
+            raise TrainConfigError(
+                f"data.batch_size: {cfg.data.batch_size} does not split over {d.world} ranks"
+            )
+        per_rank = cfg.data.batch_size // d.world
+        self.stream = _BatchStream(self.train_ds, per_rank, cfg.data.workers, cfg.data.seed, d)
+        self.val_ds = _open_data(cfg, cfg.data.val, False) if cfg.data.val and not overfit else None
+        self.preset = get_preset(cfg.val.preset or self.spec.metric_preset, cfg.val.crop_border)
+        amp = t.amp == "bf16" or (
+            t.amp == "auto" and d.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        )
+        self.amp = amp
+        self.step, self.best, self.val_metrics = 0, -math.inf, {}
+        self.nan_skipped, self.nan_streak, self.rollbacks, self.lr_scale = 0, 0, 0, 1.0
+        self.data_hash = data_hash(self.train_ds)
+        self.log_fh = None
+        self.tb = None
+
+    # -- state ----------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "epoch": self.stream.epoch,
+            "position": self.stream.position,
+            "model": self.model.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "scheduler": {"lr_scale": self.lr_scale, "lr": self.opt.param_groups[0]["lr"]},
+            "ema": self.ema.state_dict() if self.ema is not None else None,
+            "rng": rng_state(),
+            "config": self.cfg.to_dict(),
+            "best": self.best,
+            "counters": {"nan_skipped": self.nan_skipped, "rollbacks": self.rollbacks},
+            "data_hash": self.data_hash,
+        }
+
+    def load(self, s: dict[str, Any]) -> None:
+        self.model.load_state_dict(s["model"])
+        self.opt.load_state_dict(s["optimizer"])
+        if self.ema is not None:
+            self.ema.load_state_dict(s["ema"] if s["ema"] is not None else s["model"])
+        set_rng_state(s["rng"])
+        self.step, self.best = int(s["step"]), float(s["best"])
+        self.lr_scale = float(s["scheduler"]["lr_scale"])
+        self.nan_skipped = int(s["counters"]["nan_skipped"])
+        self.rollbacks = int(s["counters"]["rollbacks"])
+        self.stream.seek(int(s["epoch"]), int(s["position"]))
+
+    def save(self) -> None:
+        if self.d.main:
+            save_checkpoint(self.state(), self.ckpt_path)
+        if self.d.world > 1:
+            dist.barrier()
+
+    # -- one step -------------------------------------------------------------------------
+    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor] | None) -> float:
+        """One optimizer step over `grad_accum` batches; returns the loss (NaN: skipped)."""
+        t = self.cfg.train
+        lr = self.cfg.optim.lr * self.lr_scale * lr_factor(self.cfg, self.step)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        total = torch.zeros((), device=self.d.device)
+        for micro in range(t.grad_accum):
+            inp, tgt = batch if batch is not None else self.stream.next()
+            inp = self.spec.preprocess.to_model(inp.to(self.d.device, non_blocking=True))
+            tgt = self.spec.preprocess.to_model(tgt.to(self.d.device, non_blocking=True))
+            sync = micro == t.grad_accum - 1 or not isinstance(
+                self.net, nn.parallel.DistributedDataParallel
+            )
+            ctx = self.net.no_sync() if not sync else _nullcontext()  # type: ignore[operator]
+            with ctx, torch.autocast(self.d.device.type, torch.bfloat16, enabled=self.amp):
+                loss = self.loss_fn(self.net(inp), inp, tgt) / t.grad_accum
+            loss.backward()
+            total += loss.detach().float()
+        if self.d.world > 1:
+            dist.all_reduce(total)
+            total /= self.d.world
+        ok = bool(torch.isfinite(total))
+        if ok and t.clip_grad_norm > 0:
+            norm = nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
+            ok = bool(torch.isfinite(norm))
+        if ok:
+            self.opt.step()
+            if self.ema is not None:
+                _ema_update(self.ema, self.model, t.ema_decay)
+        self.opt.zero_grad(set_to_none=True)
+        return float(total) if ok else math.nan
+
+    # -- validation and export ------------------------------------------------------------
+    def export_model(self) -> nn.Module:
+        return self.ema if self.ema is not None else self.model
+
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Mean per-image metrics under the preset, images sharded over ranks and reduced."""
+        assert self.val_ds is not None
+        model = self.export_model()
+        cfg = make_config(model, self.cfg.model.arch, self.cfg.model.args)
+        restorer = Restorer(
+            LoadedModel(model, cfg, "training"), InferenceOptions(tile=0, device=str(self.d.device))
+        )
+        n = (
+            len(self.val_ds)
+            if self.cfg.val.max_images == 0
+            else min(self.cfg.val.max_images, len(self.val_ds))
+        )
+        sums: dict[str, float] = {}
+        for i in range(self.d.rank, n, self.d.world):
+            inp, tgt = self.val_ds[i]
+            out = restorer.restore(inp[None])
+            target = tensor_to_image(tgt, np.uint8)
+            for k, v in self.preset.compute(tensor_to_image(out, np.uint8), target).items():
+                sums[k] = sums.get(k, 0.0) + min(v, 100.0)  # identical pairs: cap inf PSNR
+        model.train()
+        keys = sorted(sums) or ["psnr", "ssim"]
+        vec = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64)
+        if self.d.world > 1:
+            dist.all_reduce(vec)
+        return {k: float(v) / n for k, v in zip(keys, vec.tolist(), strict=True)}
+
+    def export(self, name: str) -> None:
+        model = self.export_model()
+        prov = {
+            "training_config": self.cfg.to_dict(),
+            "data": {
+                "train": self.cfg.data.train,
+                "val": self.cfg.data.val,
+                "files_sha256": self.data_hash,
+            },
+            "steps": self.step,
+            "ema": self.ema is not None,
+            "val_metrics": {"preset": self.preset.name, **self.val_metrics},
+        }
+        cfg = make_config(
+            model,
+            self.cfg.model.arch,
+            self.cfg.model.args,
+            provenance=prov,
+            metric_preset=self.preset.name,
+        )
+        save_artifact(model, self.run_dir / name, cfg)
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.d.main:
+            return
+        if self.log_fh is None:
+            self.log_fh = open(self.run_dir / LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115
+        self.log_fh.write(json.dumps(record) + "\n")
+        self.log_fh.flush()
+        if self.cfg.train.tensorboard and not self.overfit:
+            if self.tb is None:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(self.run_dir / "tensorboard"))
+            for k, v in record.items():
+                if k != "step" and isinstance(v, int | float):
+                    self.tb.add_scalar(k, v, record["step"])
+
+    def close(self) -> None:
+        for h in (self.log_fh, self.tb):
+            if h is not None:
+                h.close()
+
+    # -- the loop -------------------------------------------------------------------------
+    def loop(self, bar: Any) -> TrainResult:
+        t, res = self.cfg.train, TrainResult(self.run_dir, self.step)
+        fixed = self.stream.next() if self.overfit else None
+        window: list[float] = []
+        t0, s0 = time.perf_counter(), self.step
+        while self.step < t.steps:
+            loss = self.train_step(fixed)
+            self.step += 1
+            if math.isnan(loss):
+                self.nan_skipped, self.nan_streak = self.nan_skipped + 1, self.nan_streak + 1
+                if self.nan_streak >= t.nan_patience:
+                    self.rollback()
+                continue
+            self.nan_streak = 0
+            res.first_loss = loss if res.first_loss is None else res.first_loss
+            res.last_loss = loss
+            window.append(loss)
+            rate = (self.step - s0) / max(time.perf_counter() - t0, 1e-9)
+            bar.update(self.step, loss=loss, rate=rate)
+            if self.step % t.log_every == 0 or self.step == t.steps:
+                lr = self.opt.param_groups[0]["lr"]
+                self.log(
+                    {
+                        "step": self.step,
+                        "loss": sum(window) / len(window),
+                        "lr": lr,
+                        "steps_per_s": rate,
+                    }
+                )
+                window = []
+            if self.overfit:
+                continue
+            if self.val_ds is not None and (self.step % t.val_every == 0 or self.step == t.steps):
+                self.val_metrics = self.validate()
+                self.log(
+                    {"step": self.step, **{f"val/{k}": v for k, v in self.val_metrics.items()}}
+                )
+                bar.note(
+                    f"step {self.step}: "
+                    + ", ".join(f"{k} {v:.4f}" for k, v in self.val_metrics.items())
+                )
+                score = self.val_metrics.get("score", self.val_metrics.get("psnr", -math.inf))
+                if score > self.best:
+                    self.best = score
+                    if self.d.main:
+                        self.export("best")
+                if self.d.main:
+                    self.export("last")
+            if self.step % t.ckpt_every == 0 or self.step == t.steps:
+                self.save()
+        if not self.overfit and self.d.main:
+            self.export("last")
+            if self.val_ds is None:
+                self.export("best")
+        res.steps, res.val_metrics, res.nan_skipped = self.step, self.val_metrics, self.nan_skipped
+        res.rollbacks, res.lr_scale = self.rollbacks, self.lr_scale
+        res.best_metric = self.best if math.isfinite(self.best) else None
+        res.model = self.export_model()
+        if self.overfit and res.first_loss is not None and res.last_loss is not None:
+            res.overfit_ok = res.last_loss <= OVERFIT_MARGIN * res.first_loss
+        return res
+
+    def rollback(self) -> None:
+        """Back to the last checkpoint at half the LR, or stop after `max_rollbacks`."""
+        t = self.cfg.train
+        if self.rollbacks >= t.max_rollbacks:
+            raise TrainingDivergedError(
+                f"loss was NaN/Inf for {t.nan_patience} steps in a row at step {self.step} after "
+                f"{self.rollbacks} rollback(s) (max_rollbacks {t.max_rollbacks}); lower optim.lr "
+                f"or check the data; last good checkpoint: {self.ckpt_path}"
+            )
+        rollbacks, scale, skipped = self.rollbacks + 1, self.lr_scale * 0.5, self.nan_skipped
+        self.load(load_checkpoint(self.ckpt_path))
+        self.rollbacks, self.lr_scale, self.nan_skipped, self.nan_streak = (
+            rollbacks,
+            scale,
+            skipped,
+            0,
+        )
+        self.log({"step": self.step, "rollback": rollbacks, "lr_scale": scale})
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _Bar:
+    """Rich progress (loss, step rate, ETA) or nothing."""
+
+    def __init__(self, total: int, start: int, enabled: bool) -> None:
+        self.progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]:.4g}"),
+                TextColumn("{task.fields[rate]:.2f} it/s"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self.task = self.progress.add_task(
+                "train", total=total, completed=start, loss=math.nan, rate=0.0
+            )
+
+    def __enter__(self) -> _Bar:
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def update(self, step: int, **fields: float) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step, **fields)
+
+    def note(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(text, highlight=False)
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Drop log lines written after the checkpoint we resume from (they will be redone)."""
+    if not path.is_file():
+        return
+    keep = [
+        ln
+        for ln in path.read_text(encoding="utf-8").splitlines()
+        if ln and json.loads(ln)["step"] <= step
+    ]
+    path.write_text("".join(f"{ln}\n" for ln in keep), encoding="utf-8")
+
+
+def train(
+    config: TrainConfig | None,
+    run_dir: str | os.PathLike[str],
+    *,
+    resume: bool = False,
+    overfit_batch: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """Train per `config` into `run_dir` (checkpoint.pt, best/, last/, train_log.jsonl).
+
+    `resume` continues from run_dir's checkpoint; `config` None takes the checkpoint's own.
+    `overfit_batch` trains on one batch only (a sanity check) and sets `overfit_ok`.
+    """
+    run = Path(run_dir)
+    start = None
+    if resume:
+        if not (run / CHECKPOINT_FILE).is_file():
+            raise CheckpointError(f"cannot resume: no {CHECKPOINT_FILE} in {run}")
+        start = load_checkpoint(run / CHECKPOINT_FILE)
+        config = config or config_from_dict(start["config"])
+    if config is None:
+        raise TrainConfigError("no training config given")
+    d = _init_dist(config.train.device)
+    try:
+        if d.main:
+            run.mkdir(parents=True, exist_ok=True)
+        r = _Run(config, run, d, overfit_batch)
+        if start is not None:
+            r.load(start)
+            if d.main:
+                _truncate_log(run / LOG_FILE, r.step)
+                for stale in run.glob(".checkpoint.*.tmp.pt"):  # left by a killed save
+                    stale.unlink(missing_ok=True)
+        elif not overfit_batch:
+            r.save()  # step 0: a rollback target before the first update
+        try:
+            with _Bar(config.train.steps, r.step, progress and d.main) as bar:
+                return r.loop(bar)
+        finally:
+            r.close()
+    finally:
+        if d.owns_group:
+            dist.destroy_process_group()

@@ -1,0 +1,83 @@
+"""Training losses for restoration models.
+
+Every loss has one signature, `loss(outputs, inputs, targets) -> scalar`, where `outputs` is
+what the model's forward returns: a tensor (the restored image) or, for multi-stage models
+such as RESCAN, a list of per-stage predictions. Image losses judge the last stage's
+restored image; `rescan` is RESCAN's own loss, which supervises every stage's rain layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from clearsight.errors import UnknownNameError
+
+LossFn = Callable[[torch.Tensor | Sequence[torch.Tensor], torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _last(outputs: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
+    return outputs[-1] if isinstance(outputs, list | tuple) else outputs  # type: ignore[return-value]
+
+
+def _restored(outputs: torch.Tensor | Sequence[torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
+    """The restored image: a list of stages holds rain layers (RESCAN), so image = input - rain."""
+    if isinstance(outputs, list | tuple):
+        return inputs - outputs[-1]
+    return outputs
+
+
+def rescan_loss(outputs: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor):
+    """RESCAN (official): sum over stages of MSE(predicted rain, rainy - clean)."""
+    rain = inputs - targets
+    stages = outputs if isinstance(outputs, list | tuple) else [outputs]
+    return sum(F.mse_loss(s, rain) for s in stages)
+
+
+def charbonnier(pred: torch.Tensor, target: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """sqrt(d^2 + eps^2): L1-like on big errors, smooth at zero."""
+    return torch.sqrt((pred - target) ** 2 + eps * eps).mean()
+
+
+def _gauss_window(size: int = 11, sigma: float = 1.5, channels: int = 3) -> torch.Tensor:
+    x = torch.arange(size, dtype=torch.float32) - (size - 1) / 2
+    g = torch.exp(-(x**2) / (2 * sigma**2))
+    g = g / g.sum()
+    return (g[:, None] * g[None, :]).expand(channels, 1, size, size).contiguous()
+
+
+def ssim_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1 - SSIM (Gaussian 11x11, sigma 1.5, data range 1), differentiable, per channel."""
+    c = pred.shape[1]
+    w = _gauss_window(channels=c).to(pred)
+    pad = w.shape[-1] // 2
+
+    def blur(t: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(F.pad(t, (pad,) * 4, mode="reflect"), w, groups=c)
+
+    c1, c2 = 0.01**2, 0.03**2
+    mu_x, mu_y = blur(pred), blur(target)
+    sxx = blur(pred * pred) - mu_x**2
+    syy = blur(target * target) - mu_y**2
+    sxy = blur(pred * target) - mu_x * mu_y
+    ssim = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
+    return 1.0 - ssim.mean()
+
+
+def build_loss(name: str, *, eps: float = 1e-3) -> LossFn:
+    """The loss called `name` with the common signature."""
+    image_losses: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+        "l1": F.l1_loss,
+        "mse": F.mse_loss,
+        "charbonnier": lambda p, t: charbonnier(p, t, eps),
+        "ssim": ssim_loss,
+    }
+    if name == "rescan":
+        return rescan_loss  # type: ignore[return-value]
+    if name not in image_losses:
+        known = ", ".join(["rescan", *image_losses])
+        raise UnknownNameError(f"unknown loss {name!r}; known: {known}")
+    fn = image_losses[name]
+    return lambda outputs, inputs, targets: fn(_restored(outputs, inputs), targets)

@@ -1,0 +1,65 @@
+"""Data-parallel training: two CPU processes (gloo) end with identical weights."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import torch
+import torch.multiprocessing as mp
+
+from clearsight.engine.trainer import train
+from tests.train_utils import make_pairs, tiny_config
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(rank: int, world: int, port: int, data: str, out: str) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    cfg = tiny_config(Path(data), train={"steps": 4, "ema_decay": 0.5, "device": "cpu"})
+    res = train(cfg, Path(out) / "run", progress=False)
+    assert res.model is not None
+    state = {k: v.clone() for k, v in res.model.state_dict().items()}
+    torch.save({"state": state, "val": res.val_metrics}, Path(out) / f"rank{rank}.pt")
+
+
+def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
+    data = make_pairs(tmp_path / "data")
+    ctx = mp.start_processes(
+        _worker,
+        args=(2, _free_port(), str(data), str(tmp_path)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    deadline_ok = False
+    for _ in range(120):
+        if ctx.join(timeout=1):
+            deadline_ok = True
+            break
+    if not deadline_ok:
+        for p in ctx.processes:
+            p.kill()
+    assert deadline_ok, "DDP training did not finish in 120 s"
+    a = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    b = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    for key, value in a["state"].items():
+        assert torch.equal(value, b["state"][key]), key
+    assert a["val"] == b["val"]  # metrics reduced over ranks
+    run = tmp_path / "run"
+    assert (run / "checkpoint.pt").is_file() and (run / "best" / "config.json").is_file()
+    # written by rank 0 only: one log line per log step
+    steps = [line for line in (run / "train_log.jsonl").read_text().splitlines() if "loss" in line]
+    assert len(steps) == 2

@@ -1,0 +1,144 @@
+"""The training loop: exact resume, NaN skip/rollback/stop, overfit check, exported artifacts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from clearsight.artifact import load_artifact, read_config
+from clearsight.data.pairs import find_pairs
+from clearsight.engine import trainer
+from clearsight.engine.checkpoint import load_checkpoint
+from clearsight.engine.evaluate import evaluate
+from clearsight.engine.inference import Restorer
+from clearsight.engine.trainer import TrainingDivergedError, train
+from clearsight.errors import ClearsightError
+from clearsight.losses import build_loss, rescan_loss
+from clearsight.metrics.presets import get_preset
+from tests.train_utils import make_pairs, tiny_config
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_checkpoint(run / "checkpoint.pt")["model"]
+
+
+def test_resume_is_bit_exact(data: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(data, train={"ema_decay": 0.9})
+    train(cfg, tmp_path / "a", progress=False)
+    half = tiny_config(data, train={"ema_decay": 0.9, "steps": 4})
+    train(half, tmp_path / "b", progress=False)
+    res = train(cfg, tmp_path / "b", resume=True, progress=False)
+    assert res.steps == 8
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+        assert torch.equal(a["ema"][key], b["ema"][key]), key
+    assert a["epoch"] == b["epoch"] and a["position"] == b["position"]
+    # the log of the resumed run has each step once
+    steps = [json.loads(x)["step"] for x in (tmp_path / "b" / "train_log.jsonl").open()]
+    assert steps == sorted(steps) and steps.count(2) == 1
+
+
+def test_artifacts_carry_provenance_and_evaluate(data: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(data, train={"steps": 4, "tensorboard": True})
+    res = train(cfg, tmp_path, progress=False)
+    cfg = read_config(tmp_path / "best")
+    prov = cfg.provenance
+    assert prov["steps"] == 4 and prov["data"]["train"] == str(data)
+    assert len(prov["data"]["files_sha256"]) == 64
+    assert prov["training_config"]["model"]["args"]["channels"] == 4
+    assert prov["val_metrics"]["psnr"] == pytest.approx(res.val_metrics["psnr"])
+    loaded = load_artifact(tmp_path / "best")
+    ev = evaluate(Restorer(loaded), find_pairs(data)[:2], get_preset(cfg.metric_preset))
+    assert ev.summary()["psnr"]["mean"] == pytest.approx(res.val_metrics["psnr"], abs=1e-6)
+    lines = [json.loads(x) for x in (tmp_path / "train_log.jsonl").open()]
+    assert {"step", "loss", "lr"} <= set(lines[0]) and any("val/psnr" in x for x in lines)
+    assert any((tmp_path / "tensorboard").iterdir())
+
+
+def _nan_on_calls(monkeypatch: pytest.MonkeyPatch, calls: set[int] | None) -> None:
+    """Make the loss NaN on the given call numbers (1-based); None: from call 3 on."""
+    real = trainer.build_loss
+    count = [0]
+
+    def build(name: str, **kw: float):  # noqa: ANN202
+        fn = real(name, **kw)
+
+        def loss(out, inp, tgt):  # noqa: ANN001, ANN202
+            count[0] += 1
+            bad = count[0] >= 3 if calls is None else count[0] in calls
+            value = fn(out, inp, tgt)
+            return value * math.nan if bad else value
+
+        return loss
+
+    monkeypatch.setattr(trainer, "build_loss", build)
+
+
+def test_nan_steps_are_skipped(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _nan_on_calls(monkeypatch, {3, 4})
+    res = train(tiny_config(data, train={"nan_patience": 3}), tmp_path, progress=False)
+    assert res.nan_skipped == 2 and res.rollbacks == 0 and res.steps == 8
+    assert all(torch.isfinite(v).all() for v in _weights(tmp_path).values())
+
+
+def test_nan_streak_rolls_back_at_half_lr(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nan_on_calls(monkeypatch, {6, 7})  # steps 6 and 7; last checkpoint at step 4
+    cfg = tiny_config(data, train={"nan_patience": 2, "max_rollbacks": 1})
+    res = train(cfg, tmp_path, progress=False)
+    assert res.rollbacks == 1 and res.lr_scale == 0.5 and res.steps == 8
+    log = [json.loads(x) for x in (tmp_path / "train_log.jsonl").open()]
+    assert {"step": 4, "rollback": 1, "lr_scale": 0.5} in log
+    last = [x for x in log if "loss" in x][-1]
+    assert last["step"] == 8 and last["lr"] == pytest.approx(2e-3 * 0.1 * 0.5)  # milestone, half
+    assert load_checkpoint(tmp_path)["scheduler"]["lr_scale"] == 0.5
+
+
+def test_persistent_nan_stops_with_a_clear_error(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _nan_on_calls(monkeypatch, None)
+    cfg = tiny_config(data, train={"nan_patience": 2, "max_rollbacks": 2})
+    with pytest.raises(TrainingDivergedError, match="after 2 rollback") as info:
+        train(cfg, tmp_path, progress=False)
+    assert isinstance(info.value, ClearsightError)
+    assert all(torch.isfinite(v).all() for v in _weights(tmp_path).values())
+
+
+def test_overfit_batch_reports_the_fall(data: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(data, train={"steps": 40}, optim={"lr": 1e-2}, schedule={"milestones": []})
+    res = train(cfg, tmp_path, overfit_batch=True, progress=False)
+    assert res.overfit_ok and res.last_loss < 0.5 * res.first_loss
+    cfg = tiny_config(data, train={"steps": 3}, optim={"lr": 1e-9})
+    assert train(cfg, tmp_path / "b", overfit_batch=True, progress=False).overfit_ok is False
+
+
+def test_resume_without_checkpoint_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ClearsightError, match="no checkpoint.pt"):
+        train(None, tmp_path, resume=True, progress=False)
+
+
+def test_losses() -> None:
+    torch.manual_seed(0)
+    inp, tgt = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 16, 16)
+    stages = [torch.rand(2, 3, 16, 16) for _ in range(3)]
+    want = sum(((s - (inp - tgt)) ** 2).mean() for s in stages)
+    assert torch.allclose(rescan_loss(stages, inp, tgt), want)
+    exact = [inp - tgt]
+    for name in ("l1", "mse", "charbonnier", "ssim"):
+        zero = build_loss(name)(exact, inp, tgt)
+        assert float(zero) < 2e-3, name
+        assert float(build_loss(name)(stages, inp, tgt)) > float(zero), name
+    with pytest.raises(ClearsightError, match="unknown loss"):
+        build_loss("l3")
