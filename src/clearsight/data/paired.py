@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from clearsight.data.audit import DEFAULT_PSNR_FLOOR, ContentReport, audit_pairs
 from clearsight.data.augment import check_patch_fits, make_generator, paired_augment, to_tensor
 from clearsight.data.pairs import ImagePair, detect_layout
 from clearsight.errors import ClearsightError, ImageReadError, PairingError
@@ -104,6 +105,8 @@ class DataReport:
     command: str = ""
     """The `clearsight check-data` command line that prints this report."""
     target_folder: str = ""
+    content: ContentReport | None = None
+    """Pixel-level findings (misaligned, duplicate targets, extreme, colour order), if run."""
 
     @property
     def _in_targets(self) -> str:
@@ -149,8 +152,18 @@ class DataReport:
         ]
         return out
 
+    def content_lines(self) -> list[str]:
+        """Pixel-level suspicions (misaligned, identical, extreme or colour-swapped pairs)."""
+        return self.content.problems() if self.content is not None else []
+
     def warning_lines(self) -> list[str]:
-        """Suspicions that do not stop training (swapped side-by-side halves)."""
+        """Suspicions that do not stop training (swapped side-by-side halves, content)."""
+        out = self.content_lines()
+        if self.content is not None:
+            out += self.content.warnings()
+        return out + self._order_warnings()
+
+    def _order_warnings(self) -> list[str]:
         if not self.suspect_order:
             return []
         names = ", ".join(str(p) for p in self.suspect_order[:_ERROR_LINES])
@@ -173,7 +186,7 @@ class DataReport:
             ("pair size (WxH)", self.size_range()),
             ("checked", "decoded every file" if self.decoded else "file headers only"),
             ("problems", str(len(self.problems()))),
-        ]
+        ] + ([("content", self.content.summary())] if self.content is not None else [])
 
     def lines(self) -> list[str]:
         """The whole report as text lines."""
@@ -361,13 +374,22 @@ def validate_pairs(
     target_dir: str | None = None,
     name_map: NameMap | None = None,
     decode: bool = True,
+    content: bool = True,
+    psnr_floor: float = DEFAULT_PSNR_FLOOR,
 ) -> DataReport:
     """Check a paired folder without raising for what it finds: the report lists it all.
 
     Layout errors that leave nothing to check (no such folder, no known layout) still raise
     `PairingError`. `decode` False reads only the headers (fast, misses truncated data).
+    With `decode` and `content`, the decoded pairs are also checked pixel by pixel
+    (`clearsight.data.audit`): misalignment, duplicate targets, extreme pairs (identical, or
+    PSNR below `psnr_floor`) and colour order; findings are in `report.content`.
     """
-    report, _, _ = _scan_folders(root, input_dir, target_dir, name_map, decode)
+    report, _, arrays = _scan_folders(root, input_dir, target_dir, name_map, decode)
+    if decode and content:
+        bad = {m.input for m in report.size_mismatches}
+        pairs = [p for p in report.pairs if p.input not in bad]
+        report.content = audit_pairs(pairs, arrays, psnr_floor=psnr_floor)
     return report
 
 

@@ -101,6 +101,10 @@ class EvalResult:
         return csv_path, json_path
 
 
+ImagesHook = Callable[[ImageResult, np.ndarray, np.ndarray, np.ndarray], None]
+"""Called as hook(result, input, output, target) with HxWx3 uint8 images."""
+
+
 def _finite_or_none(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
@@ -122,8 +126,14 @@ def evaluate(
     max_pixels: int | None = None,
     on_image: Callable[[ImageResult], None] | None = None,
     ms_ssim: bool = False,
+    on_images: ImagesHook | None = None,
 ) -> EvalResult:
-    """Restore each pair's input, score it against its target, and collect the results."""
+    """Restore each pair's input, score it against its target, and collect the results.
+
+    `on_images(result, input, output, target)` is called once per pair with the three
+    HxWx3 uint8 images (e.g. to keep thumbnails for a report); nothing else keeps them, so
+    memory stays at one pair whatever the set's size.
+    """
     result = EvalResult(preset=preset, model=model_name, data=data_name)
     for pair in pairs:
         inp = read_image(pair.input, max_pixels=max_pixels)
@@ -140,6 +150,8 @@ def evaluate(
         result.images.append(r)
         if save_dir is not None:
             write_image(Path(save_dir) / f"{pair.name}.png", out_img)
+        if on_images is not None:
+            on_images(r, _as_uint8(inp), out_img, _as_uint8(tgt))
         if on_image is not None:
             on_image(r)
     return result
