@@ -2,8 +2,9 @@
 
 `Restorer` wraps a loaded model with its preprocessing spec. Inputs are padded to the
 model's multiple and cropped back; images above a pixel budget are tiled (the model's own
-exact tiled path when it has one, else overlapping blended tiles); an optional x8
-flip/rotation self-ensemble averages the eight dihedral views.
+tiled path when it has one, else overlapping blended tiles); an optional x8
+flip/rotation self-ensemble averages the eight dihedral views, and optional test-time
+`scales` average predictions made on resized copies (each resized back to the input size).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from clearsight.artifact import LoadedModel
 from clearsight.engine.tiling import Progress, tiled_apply
 
 Ensemble = Literal["none", "flip", "x8"]
-DEFAULT_TILE = 256
+DEFAULT_TILE = 128  # fastest and leanest for RESCAN on 2 cores (benchmarks/restore_speed.py)
 DEFAULT_MAX_UNTILED_PIXELS = 512 * 512
 DEFAULT_HALO = 32  # used when a model declares no receptive radius
 
@@ -36,6 +37,9 @@ class InferenceOptions:
     """Context around generic tiles; None uses the model's receptive radius (exact)."""
     blend: int = 0
     ensemble: Ensemble = "none"
+    scales: tuple[float, ...] = (1.0,)
+    """Multi-scale prediction: restore resized copies (bicubic, antialiased), resize each
+    back to the input size and average them with the ensemble views; (1.0,) is off."""
     device: str = "cpu"
 
 
@@ -57,6 +61,43 @@ def _dihedral(
 
 
 ENSEMBLE_VIEWS: dict[str, list[int]] = {"none": [0], "flip": [0, 4], "x8": list(range(8))}
+MIN_SCALE, MAX_SCALE = 0.1, 4.0
+
+
+def validate_scales(scales: object) -> tuple[float, ...]:
+    """A non-empty tuple of finite scales in [0.1, 4]; a ValueError that says what is wrong."""
+    if isinstance(scales, str | bytes) or not hasattr(scales, "__iter__"):
+        raise ValueError(f"scales must be a sequence of numbers, got {scales!r}")
+    out: list[float] = []
+    for s in scales:  # type: ignore[attr-defined]
+        if isinstance(s, bool) or not isinstance(s, int | float):
+            raise ValueError(f"scale {s!r} is not a number")
+        if not (MIN_SCALE <= float(s) <= MAX_SCALE):  # also rejects NaN
+            raise ValueError(f"scale {s!r} is outside [{MIN_SCALE}, {MAX_SCALE}]")
+        out.append(float(s))
+    if not out:
+        raise ValueError("scales must hold at least one scale, e.g. (1.0,)")
+    return tuple(out)
+
+
+def parse_scales(text: str) -> tuple[float, ...]:
+    """'1.0,0.75' -> (1.0, 0.75), with a clear ValueError for anything else."""
+    parts = [p.strip() for p in text.split(",")]
+    values: list[float] = []
+    for p in parts:
+        try:
+            values.append(float(p))
+        except ValueError:
+            raise ValueError(
+                f"bad scale {p!r} in {text!r}; expected numbers separated by commas, e.g. 1.0,0.75"
+            ) from None
+    return validate_scales(values)
+
+
+def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    if tuple(x.shape[-2:]) == size:
+        return x
+    return F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
 
 
 class Restorer:
@@ -68,6 +109,7 @@ class Restorer:
         if self.options.ensemble not in ENSEMBLE_VIEWS:
             known = ", ".join(ENSEMBLE_VIEWS)
             raise ValueError(f"unknown ensemble {self.options.ensemble!r}; known: {known}")
+        self.scales = validate_scales(self.options.scales)
         self.model = loaded.model.eval().to(self.options.device)
         self.spec = loaded.config.preprocess
         self.pad_multiple = max(
@@ -108,9 +150,16 @@ class Restorer:
             if progress is not None:
                 progress(1, 1)
             return y
-        exact = getattr(self.model, "restore_tiled", None)
-        if callable(exact) and self.pad_multiple == 1:
-            return exact(x, tile=tile, progress=progress)
+        own = getattr(self.model, "restore_tiled", None)
+        if callable(own):
+            # the model's own tiled path (exact, or sharing whole-image statistics); padded
+            # to the multiple like the untiled path, then cropped back
+            m = self.pad_multiple
+            ph, pw = (-h) % m, (-w) % m
+            if ph or pw:
+                mode = "reflect" if ph < h and pw < w else "replicate"
+                x = F.pad(x, (0, pw, 0, ph), mode=mode)
+            return own(x, tile=tile, progress=progress)[..., :h, :w]
         radius = getattr(self.model, "receptive_radius", None)
         halo = (
             self.options.halo
@@ -130,18 +179,25 @@ class Restorer:
             raise ValueError(f"expected a [B,3,H,W] tensor, got shape {tuple(rgb01.shape)}")
         x = self.spec.to_model(rgb01.to(self.options.device, torch.float32))
         views = ENSEMBLE_VIEWS[self.options.ensemble]
+        size = (int(x.shape[-2]), int(x.shape[-1]))
+        runs = [(s, k) for s in self.scales for k in views]
         acc: torch.Tensor | None = None
-        for i, k in enumerate(views):
+        for i, (scale, k) in enumerate(runs):
             fwd, inv = _dihedral(k)
 
             def view_progress(done: int, total: int, i: int = i) -> None:
                 if progress is not None:
-                    progress(i * total + done, len(views) * total)
+                    progress(i * total + done, len(runs) * total)
 
-            y = inv(self._one_view(fwd(x), view_progress))
+            if scale == 1.0:
+                xs = x
+            else:
+                hs, ws = max(1, round(size[0] * scale)), max(1, round(size[1] * scale))
+                xs = _resize(x, (hs, ws))
+            y = _resize(inv(self._one_view(fwd(xs), view_progress)), size)
             acc = y if acc is None else acc + y
         assert acc is not None
-        out = self.spec.from_model(acc / len(views))
+        out = self.spec.from_model(acc / len(runs))
         return out.clamp_(0.0, 1.0).cpu()
 
     def timed_restore(
