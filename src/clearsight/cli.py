@@ -171,10 +171,28 @@ MaxPixOpt = Annotated[
     typer.Option("--max-pixels", help="Refuse images with more decoded pixels (default 200M)."),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="torch device, e.g. cpu or cuda.")]
+BackendOpt = Annotated[
+    str,
+    typer.Option("--backend", help="torch, or onnxruntime (exports the model to ONNX first)."),
+]
+ScalesOpt = Annotated[
+    str,
+    typer.Option(
+        "--scales",
+        help="Multi-scale prediction: comma-separated scales averaged with --tta, e.g. 1.0,0.75.",
+    ),
+]
 
 
-def _make_restorer(model: str, tile: int | None, tta: str, device: str) -> Any:
-    from clearsight.engine.inference import ENSEMBLE_VIEWS, InferenceOptions, Restorer
+def _make_restorer(
+    model: str, tile: int | None, tta: str, device: str, scales: str = "1.0", backend: str = "torch"
+) -> Any:
+    from clearsight.engine.inference import (
+        ENSEMBLE_VIEWS,
+        InferenceOptions,
+        Restorer,
+        parse_scales,
+    )
     from clearsight.errors import UnknownNameError
     from clearsight.zoo import resolve_model
 
@@ -182,8 +200,18 @@ def _make_restorer(model: str, tile: int | None, tta: str, device: str) -> Any:
         raise UnknownNameError(f"--tta: unknown value {tta!r}; known: {', '.join(ENSEMBLE_VIEWS)}")
     if tile is not None and tile < 0:
         raise ClearsightError(f"--tile must be >= 0, got {tile}")
+    try:
+        scale_values = parse_scales(scales)
+    except ValueError as exc:
+        raise ClearsightError(f"--scales: {exc}") from None
     loaded = resolve_model(model, device=device)
-    return Restorer(loaded, InferenceOptions(tile=tile, ensemble=tta, device=device))  # type: ignore[arg-type]
+    if backend != "torch":
+        from clearsight.engine.ort_backend import check_backend, to_onnxruntime
+
+        check_backend(backend)
+        loaded = to_onnxruntime(loaded, device)
+    opts = InferenceOptions(tile=tile, ensemble=tta, scales=scale_values, device=device)  # type: ignore[arg-type]
+    return Restorer(loaded, opts)
 
 
 def _restore_files(
@@ -222,11 +250,13 @@ def restore_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("restored"),
     tile: TileOpt = None,
     tta: TtaOpt = "none",
+    scales: ScalesOpt = "1.0",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    backend: BackendOpt = "torch",
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
-    restorer = _make_restorer(model, tile, tta, device)
+    restorer = _make_restorer(model, tile, tta, device, scales, backend)
     written = _restore_files(restorer, inputs, out, max_pixels, "restoring")
     console.print(f"restored {len(written)} image(s) into {out}")
 
@@ -258,6 +288,25 @@ def derain_cmd(
     console.print(f"derained {len(written)} image(s) into {out}")
 
 
+ReportOpt = Annotated[
+    Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
+]
+ReportKOpt = Annotated[
+    int,
+    typer.Option("--report-k", help="Sets over 24 images: show the K worst and K best in it."),
+]
+
+
+def _thumbs_for(report: Path | None, k: int) -> Any:
+    if k < 1:
+        raise ClearsightError(f"--report-k must be >= 1, got {k}")
+    if report is None:
+        return None
+    from clearsight.report.thumbs import ThumbnailCollector
+
+    return ThumbnailCollector()
+
+
 # -- eval -----------------------------------------------------------------------------------
 @app.command("eval")
 @_friendly
@@ -283,20 +332,25 @@ def eval_cmd(
     ] = False,
     tile: TileOpt = None,
     tta: TtaOpt = "none",
+    scales: ScalesOpt = "1.0",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    report: ReportOpt = None,
+    report_k: ReportKOpt = 8,
+    backend: BackendOpt = "torch",
 ) -> None:
     """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
     from clearsight.data.pairs import find_pairs
     from clearsight.engine.evaluate import evaluate
     from clearsight.metrics.presets import get_preset
 
-    restorer = _make_restorer(model, tile, tta, device)
+    restorer = _make_restorer(model, tile, tta, device, scales, backend)
     preset_name = preset or restorer.loaded.config.metric_preset
     mp = get_preset(preset_name, crop_border=crop_border)
     pairs = find_pairs(data)
     if save_images and out is None:
         raise ClearsightError("--save-images needs --out")
+    thumbs = _thumbs_for(report, report_k)
     with _progress() as progress:
         task = progress.add_task(f"eval {data.name}", total=len(pairs))
         result = evaluate(
@@ -309,6 +363,7 @@ def eval_cmd(
             max_pixels=max_pixels,
             on_image=lambda r: progress.advance(task),
             ms_ssim=ms_ssim,
+            on_images=thumbs,
         )
     summary = result.summary()
     table = Table(title=f"{model} on {data}  [preset {mp.name}: {mp.description}]")
@@ -332,6 +387,52 @@ def eval_cmd(
     if out is not None:
         csv_path, json_path = result.write(out)
         console.print(f"wrote {csv_path} and {json_path}")
+    if report is not None and thumbs is not None:
+        from clearsight.report.html import model_card, render_eval_report, write_report
+
+        page = render_eval_report(
+            result, thumbs.thumbs, card=model_card(restorer.loaded), k=report_k
+        )
+        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+
+
+# -- synth --------------------------------------------------------------------------------
+synth_app = typer.Typer(
+    help="Synthesise paired training data (degraded/clean).", no_args_is_help=True
+)
+app.add_typer(synth_app, name="synth")
+
+
+@synth_app.command("moire")
+@_friendly
+def synth_moire_cmd(
+    clean: Annotated[Path, typer.Option("--clean", help="Folder of clean images.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (moire/ and clean/).")],
+    per_image: Annotated[
+        int, typer.Option("--per-image", help="Synthetic pairs per clean image.")
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same pairs).")] = 0,
+    match_tone: Annotated[
+        bool,
+        typer.Option("--match-tone", help="Apply the capture's tone change to the target too."),
+    ] = False,
+    max_pixels: MaxPixOpt = None,
+) -> None:
+    """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
+    from clearsight.data.synth_moire import MoireConfig, synth_moire_folder
+
+    with _progress() as progress:
+        task = progress.add_task("synth moire", total=None)
+        report = synth_moire_folder(
+            clean,
+            out,
+            per_image=per_image,
+            seed=seed,
+            cfg=MoireConfig(match_tone=match_tone),
+            max_pixels=max_pixels,
+            on_pair=lambda p: progress.advance(task),
+        )
+    console.print(f"wrote {report.pairs} pair(s) into {out}/moire and {out}/clean")
 
 
 def main() -> None:
@@ -370,6 +471,13 @@ def check_data_cmd(
     quick: Annotated[
         bool, typer.Option("--quick", help="Read file headers only (misses truncated data).")
     ] = False,
+    psnr_floor: Annotated[
+        float, typer.Option("--psnr-floor", help="Flag pairs whose PSNR is below this (dB).")
+    ] = 10.0,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Misaligned, extreme or colour-swapped pairs fail too."),
+    ] = False,
 ) -> None:
     """Check paired training data (names, sizes, readable files); exit 1 on any problem."""
     from rich.markup import escape
@@ -385,7 +493,12 @@ def check_data_cmd(
         report = validate_side_by_side(data, order=order, decode=not quick)  # type: ignore[arg-type]
     else:
         report = validate_pairs(
-            data, input_dir=input_dir, target_dir=target_dir, name_map=name_map, decode=not quick
+            data,
+            input_dir=input_dir,
+            target_dir=target_dir,
+            name_map=name_map,
+            decode=not quick,
+            psnr_floor=psnr_floor,
         )
     table = Table(title=f"check-data {escape(str(data))}")
     table.add_column("item", style="bold")
@@ -393,12 +506,14 @@ def check_data_cmd(
     for label, value in report.summary()[1:]:
         table.add_row(label, value)
     console.print(table)
-    problems = report.problems()
+    problems = report.problems() + (report.content_lines() if strict else [])
     if problems:
         console.print(f"[bold red]problems ({len(problems)}):[/]")
         for line in problems:
             console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
     for line in report.warning_lines():
+        if strict and line in problems:
+            continue
         console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     if problems:
         console.print(
@@ -473,3 +588,151 @@ def train_cmd(
         highlight=False,
     )
     console.print(f"model: {out / 'best'} (best), {out / 'last'} (last)", highlight=False)
+
+
+# -- compare --------------------------------------------------------------------------------
+@app.command("compare")
+@_friendly
+def compare_cmd(
+    data: Annotated[
+        Path,
+        typer.Option("--data", "-d", help="Folder with rain/clean, moire/clean or input/target."),
+    ],
+    models: Annotated[
+        list[str],
+        typer.Option("--model", "-m", help="Give exactly two: A (baseline) then B."),
+    ],
+    preset: Annotated[
+        str | None,
+        typer.Option("--preset", "-p", help="Metric preset (default: model A's)."),
+    ] = None,
+    report: ReportOpt = None,
+    report_k: ReportKOpt = 8,
+    top: Annotated[int, typer.Option("--top", help="Largest gains and losses listed.")] = 10,
+    tile: TileOpt = None,
+    max_pixels: MaxPixOpt = None,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Compare model B with model A per image on paired data under one preset."""
+    from rich.markup import escape
+
+    from clearsight.data.pairs import find_pairs
+    from clearsight.engine.compare import compare
+    from clearsight.metrics.presets import get_preset
+
+    if len(models) != 2:
+        raise ClearsightError(f"give exactly two --model options (A then B), got {len(models)}")
+    ra = _make_restorer(models[0], tile, "none", device)
+    rb = _make_restorer(models[1], tile, "none", device)
+    mp = get_preset(preset or ra.loaded.config.metric_preset)
+    pairs = find_pairs(data)
+    thumbs_a, thumbs_b = _thumbs_for(report, report_k), _thumbs_for(report, report_k)
+    with _progress() as progress:
+        task = progress.add_task(f"compare {data.name}", total=2 * len(pairs))
+        cmp = compare(
+            ra,
+            rb,
+            pairs,
+            mp,
+            model_a=models[0],
+            model_b=models[1],
+            data_name=str(data),
+            max_pixels=max_pixels,
+            on_image=lambda r: progress.advance(task),
+            on_images_a=thumbs_a,
+            on_images_b=thumbs_b,
+        )
+    s = cmp.summary()
+    c = s["psnr"]
+    table = Table(
+        title=f"B = {escape(models[1])} vs A = {escape(models[0])} on {escape(str(data))}  "
+        f"[preset {mp.name}: {escape(mp.description)}]"
+    )
+    for col, kw in (
+        ("", {}),
+        ("image", {"style": "bold"}),
+        ("A psnr", {"justify": "right"}),
+        ("B psnr", {"justify": "right"}),
+        ("delta dB", {"justify": "right"}),
+        ("A ssim", {"justify": "right"}),
+        ("B ssim", {"justify": "right"}),
+    ):
+        table.add_column(col, **kw)
+
+    def row(kind: str, d: Any) -> None:
+        colour = "green" if d.delta["psnr"] > 0 else "red"
+        table.add_row(
+            kind,
+            escape(d.name),
+            f"{d.a['psnr']:.3f}",
+            f"{d.b['psnr']:.3f}",
+            f"[{colour}]{d.delta['psnr']:+.3f}[/]",
+            f"{d.a['ssim']:.4f}",
+            f"{d.b['ssim']:.4f}",
+        )
+
+    gains, losses = cmp.gains(top), cmp.losses(top)
+    for d in gains:
+        row("gain", d)
+    if gains and losses:
+        table.add_section()
+    for d in losses:
+        row("loss", d)
+    console.print(table)
+    console.print(f"preset {mp.summary}", highlight=False, markup=False)
+    mean = c["mean_delta"]
+    console.print(
+        f"n = {s['n']}: B better on {c['better']}, worse on {c['worse']}, equal on {c['equal']} "
+        f"(within {cmp.tolerance['psnr']:g} dB); mean PSNR A {s['mean_a']['psnr']:.3f}, "
+        f"B {s['mean_b']['psnr']:.3f}; mean delta "
+        + (f"{mean:+.3f} dB" if mean is not None else "n/a"),
+        highlight=False,
+    )
+    if report is not None:
+        from clearsight.report.html import model_card, render_compare_report, write_report
+
+        page = render_compare_report(
+            cmp,
+            thumbs_a.thumbs,
+            thumbs_b.thumbs,
+            card_a=model_card(ra.loaded),
+            card_b=model_card(rb.loaded),
+            k=report_k,
+        )
+        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+
+
+# -- audit ----------------------------------------------------------------------------------
+@app.command("audit")
+@_friendly
+def audit_cmd(
+    model: Annotated[str, typer.Argument(help="Architecture name or artifact path.")],
+    size: Annotated[int, typer.Option("--size", help="Side of the sample batch, pixels.")] = 32,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for weights and the batch.")] = 0,
+) -> None:
+    """Check MODEL for the field's known bugs: gradients, purity, structure, spec, two steps."""
+    from rich.markup import escape
+
+    from clearsight.audit import audit
+
+    if size < 8:
+        raise ClearsightError(f"--size must be >= 8, got {size}")
+    report = audit(model, size=size, seed=seed)
+    table = Table(title=f"audit {escape(model)}")
+    table.add_column("check", style="bold")
+    table.add_column("result")
+    table.add_column("details")
+    for c in report.checks:
+        table.add_row(
+            c.name, "[green]PASS[/]" if c.passed else "[bold red]FAIL[/]", escape(c.details)
+        )
+    console.print(table)
+    failed = report.failed()
+    if failed:
+        console.print(f"[bold red]{len(failed)} check(s) failed[/]", highlight=False)
+        raise typer.Exit(code=1)
+    console.print(f"[green]ok:[/] all {len(report.checks)} checks passed", highlight=False)
+
+
+# export, profile and benchmark live in their own module (registered on import)
+from clearsight import cli_export as _cli_export  # noqa: E402, F401

@@ -76,8 +76,42 @@ def build_loss(name: str, *, eps: float = 1e-3) -> LossFn:
     }
     if name == "rescan":
         return rescan_loss  # type: ignore[return-value]
+    if name == "mbcnn":
+        return mbcnn_loss  # type: ignore[return-value]
     if name not in image_losses:
-        known = ", ".join(["rescan", *image_losses])
+        known = ", ".join(["rescan", "mbcnn", *image_losses])
         raise UnknownNameError(f"unknown loss {name!r}; known: {known}")
     fn = image_losses[name]
     return lambda outputs, inputs, targets: fn(_restored(outputs, inputs), targets)
+
+
+# -- MBCNN ------------------------------------------------------------------------------------
+SOBEL_WEIGHT = 0.25
+
+
+def sobel_gradients(x: torch.Tensor) -> torch.Tensor:
+    """Per-channel Sobel x and y responses of [N,C,H,W] (replicate border): [N,2C,H,W]."""
+    kx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]])
+    k = torch.stack([kx, kx.t()])[:, None].to(x)  # [2,1,3,3]
+    c = x.shape[1]
+    xp = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    return F.conv2d(xp, k.repeat(c, 1, 1, 1), groups=c)
+
+
+def mbcnn_loss(
+    outputs: torch.Tensor | Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """MBCNN: sum over scales of L1 + 0.25 * Sobel-gradient L1 against the downscaled target.
+
+    `outputs` is MBCNN's [1/4, 1/2, full] list (a single tensor counts as one scale); each
+    scale's target is `targets` area-averaged to that output's size.
+    """
+    scales = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+    total = targets.new_zeros(())
+    for out in scales:
+        tgt = targets
+        if out.shape[-2:] != targets.shape[-2:]:
+            tgt = F.interpolate(targets, size=out.shape[-2:], mode="area")
+        total = total + F.l1_loss(out, tgt)
+        total = total + SOBEL_WEIGHT * F.l1_loss(sobel_gradients(out), sobel_gradients(tgt))
+    return total
