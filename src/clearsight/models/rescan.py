@@ -321,85 +321,39 @@ class RESCAN(nn.Module):
         return out
 
 
-@register_model(
-    "rescan",
-    task="derain",
-    description="RESCAN (ECCV 2018), ConvGRU units, 24 ch, 4 stages: 149,823 params",
-    metric_preset="y-matlab",
+_VARIANTS: tuple[tuple[str, str, str], ...] = (
+    ("rescan", "GRU", "RESCAN (ECCV 2018), ConvGRU units, 24 ch, 4 stages: 149,823 params"),
+    ("rescan-lstm", "LSTM", "RESCAN with ConvLSTM units (official h = o*c): 197,367 params"),
+    ("rescan-rnn", "RNN", "RESCAN with plain ConvRNN (tanh) units: 54,735 params"),
+    (
+        "rescan-conv",
+        "Conv",
+        "RESCAN with stateless conv units (no recurrence across stages): 28,695 params",
+    ),
 )
-def rescan(
-    *,
-    unit: str = "GRU",
-    mode: str = "full",
-    channels: int = 24,
-    stages: int = 4,
-    depth: int = 7,
-    use_se: bool = True,
-) -> RESCAN:
-    """RESCAN as published (ConvGRU, full mode)."""
-    return RESCAN(
-        unit=unit, mode=mode, channels=channels, stages=stages, depth=depth, use_se=use_se
-    )
 
 
-@register_model(
-    "rescan-lstm",
-    task="derain",
-    description="RESCAN with ConvLSTM units (official h = o*c): 197,367 params",
-    metric_preset="y-matlab",
-)
-def rescan_lstm(
-    *,
-    unit: str = "LSTM",
-    mode: str = "full",
-    channels: int = 24,
-    stages: int = 4,
-    depth: int = 7,
-    use_se: bool = True,
-) -> RESCAN:
-    """RESCAN, ConvLSTM variant from the paper's ablation."""
-    return RESCAN(
-        unit=unit, mode=mode, channels=channels, stages=stages, depth=depth, use_se=use_se
-    )
+def _builder(default_unit: str, description: str) -> Callable[..., RESCAN]:
+    """A registry builder whose signature carries this variant's default unit."""
+
+    def build(
+        *,
+        unit: str = default_unit,
+        mode: str = "full",
+        channels: int = 24,
+        stages: int = 4,
+        depth: int = 7,
+        use_se: bool = True,
+    ) -> RESCAN:
+        return RESCAN(
+            unit=unit, mode=mode, channels=channels, stages=stages, depth=depth, use_se=use_se
+        )
+
+    build.__doc__ = description
+    return build
 
 
-@register_model(
-    "rescan-rnn",
-    task="derain",
-    description="RESCAN with plain ConvRNN (tanh) units: 54,735 params",
-    metric_preset="y-matlab",
-)
-def rescan_rnn(
-    *,
-    unit: str = "RNN",
-    mode: str = "full",
-    channels: int = 24,
-    stages: int = 4,
-    depth: int = 7,
-    use_se: bool = True,
-) -> RESCAN:
-    """RESCAN, ConvRNN variant from the paper's ablation."""
-    return RESCAN(
-        unit=unit, mode=mode, channels=channels, stages=stages, depth=depth, use_se=use_se
-    )
-
-
-@register_model(
-    "rescan-conv",
-    task="derain",
-    description="RESCAN with stateless conv units (no recurrence across stages): 28,695 params",
-    metric_preset="y-matlab",
-)
-def rescan_conv(
-    *,
-    unit: str = "Conv",
-    mode: str = "full",
-    channels: int = 24,
-    stages: int = 4,
-    depth: int = 7,
-    use_se: bool = True,
-) -> RESCAN:
-    """RESCAN, stateless conv variant from the paper's ablation."""
-    return RESCAN(
-        unit=unit, mode=mode, channels=channels, stages=stages, depth=depth, use_se=use_se
+for _name, _unit, _description in _VARIANTS:
+    register_model(_name, task="derain", description=_description, metric_preset="y-matlab")(
+        _builder(_unit, _description)
     )
