@@ -34,12 +34,17 @@ def known_model_names() -> list[str]:
 
 
 def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
-    """Load `ref`: an artifact path, a bundled model name, or an architecture name.
+    """Load `ref`: an artifact path, an exported `.onnx` file (run by ONNX Runtime), a
+    bundled model name, or an architecture name.
 
     An architecture name gives freshly initialised weights (seeded, so runs repeat) and an
     `UntrainedModelWarning`, except for weightless models such as `identity`.
     """
     path = Path(ref)
+    if path.suffix.lower() == ".onnx" and path.is_file():
+        from clearsight.engine.ort_backend import load_onnx  # ONNX Runtime, CPU only
+
+        return load_onnx(path)
     if path.exists():
         return load_artifact(path, device=device)
     bundled = bundled_models()

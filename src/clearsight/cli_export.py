@@ -1,0 +1,165 @@
+"""CLI commands `export`, `profile` and `benchmark` (registered on `clearsight.cli.app`)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clearsight.cli import _friendly, app, console, err_console
+
+
+@app.command("export")
+@_friendly
+def export_cmd(
+    model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="Export format: onnx.")] = "onnx",
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output file (default: MODEL.onnx).")
+    ] = None,
+) -> None:
+    """Export MODEL (opset 17, dynamic H and W, config in the metadata), parity-checked."""
+    from clearsight.export.onnx import check_format, default_output, export_onnx
+    from clearsight.zoo import resolve_model
+
+    fmt = check_format(fmt)
+    loaded = resolve_model(model)
+    target = out or default_output(model, fmt)
+    path, parity = export_onnx(loaded, target)
+    sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)
+    console.print(
+        f"parity (ONNX Runtime vs PyTorch at {sizes}): max abs difference "
+        f"{parity.max_abs_diff:.3g}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print(f"wrote {path} ({path.stat().st_size / 2**20:.2f} MB)", highlight=False)
+
+
+@app.command("profile")
+@_friendly
+def profile_cmd(
+    model: Annotated[str, typer.Argument(help="Artifact, .onnx file, bundled model or arch.")],
+    sizes: Annotated[str, typer.Option("--sizes", help="Square sizes or HxW, e.g. 256,512.")] = (
+        "256,512"
+    ),
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend", help="Comma-separated: torch,onnxruntime (default: the model's own)."
+        ),
+    ] = None,
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per size (median).")] = 3,
+    tile: Annotated[
+        int | None, typer.Option("--tile", help="Tile size (0: never; default as restore).")
+    ] = None,
+    memory: Annotated[
+        bool, typer.Option("--memory/--no-memory", help="Peak memory (in a subprocess).")
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Parameters, MACs per pixel, latency and peak memory of MODEL for each backend."""
+    from clearsight.errors import ClearsightError
+    from clearsight.profile import parse_sizes, profile_model
+    from clearsight.zoo import resolve_model
+
+    if runs < 1:
+        raise ClearsightError(f"--runs must be >= 1, got {runs}")
+    backends = [b.strip() for b in backend.split(",") if b.strip()] if backend else None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = resolve_model(model)
+        report = profile_model(
+            loaded, sizes=parse_sizes(sizes), backends=backends, runs=runs, tile=tile, memory=memory
+        )
+    if as_json:
+        console.print_json(json.dumps(report.to_dict()))
+        return
+    console.print(
+        f"{model}: {report.params:,} parameters, {report.macs_per_pixel / 1e3:,.1f} k MACs per "
+        f"pixel (at {report.mac_size}); {report.threads} thread(s), load average "
+        + " ".join(f"{v:.2f}" for v in report.load_average),
+        highlight=False,
+    )
+    table = Table(title=f"profile {model}")
+    for col in ("backend", "size", "latency ms", "peak MB"):
+        table.add_column(col, justify="left" if col in ("backend", "size") else "right")
+    for b, rows in report.latency.items():
+        for r in rows:
+            peak = r.get("peak_mb")
+            table.add_row(
+                b, r["size"], f"{r['latency_ms']:.1f}", "-" if peak is None else f"{peak:.0f}"
+            )
+    console.print(table)
+
+
+@app.command("benchmark")
+@_friendly
+def benchmark_cmd(
+    model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
+    data: Annotated[Path, typer.Option("--data", "-d", help="Paired data folder.")],
+    sizes: Annotated[str, typer.Option("--sizes", help="Square latency sizes.")] = "512,1024",
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per size (median).")] = 3,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="One run, at most two images (smoke test).")
+    ] = False,
+    preset: Annotated[
+        str | None, typer.Option("--preset", "-p", help="Metric preset (default: the model's).")
+    ] = None,
+    max_images: Annotated[
+        int | None, typer.Option("--max-images", help="Score only the first N pairs (by name).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """PyTorch eager vs tuned vs ONNX Runtime: size, params, MACs, PSNR, latency."""
+    from clearsight.benchmark import benchmark_model
+    from clearsight.errors import ClearsightError
+    from clearsight.zoo import resolve_model
+
+    try:
+        size_list = [int(s) for s in sizes.split(",")]
+    except ValueError:
+        raise ClearsightError(f"--sizes: expected integers like 512,1024, got {sizes!r}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = resolve_model(model)
+        report = benchmark_model(
+            loaded,
+            data,
+            sizes=size_list,
+            runs=runs,
+            quick=quick,
+            preset=preset,
+            max_images=max_images,
+        )
+    if as_json:
+        console.print_json(json.dumps(report.to_dict()))
+        return
+    table = Table(
+        title=f"benchmark {model} on {data} [preset {report.preset}, {report.n_images} images]"
+    )
+    lat_cols = list(report.rows[0].latency_ms) if report.rows else []
+    for col in ["format", "size MB", "params", "MACs/px", "PSNR", "dPSNR"]:
+        table.add_column(col, justify="left" if col == "format" else "right")
+    for s in lat_cols:
+        table.add_column(f"{s} ms", justify="right")
+    for r in report.rows:
+        table.add_row(
+            r.name,
+            f"{r.file_mb:.2f}",
+            f"{r.params:,}",
+            f"{r.macs_per_pixel / 1e3:,.1f}k",
+            "-" if r.psnr is None else f"{r.psnr:.3f}",
+            "-" if r.psnr_diff is None else f"{r.psnr_diff:+.4f}",
+            *(f"{r.latency_ms[s]:.0f}" for s in lat_cols),
+        )
+    console.print(table)
+    err_console.print(
+        f"{report.threads} thread(s); load average "
+        + " ".join(f"{v:.2f}" for v in report.load_average),
+        highlight=False,
+    )

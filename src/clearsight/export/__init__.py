@@ -1,0 +1,1 @@
+"""Exporting models to deployment formats (ONNX), each export checked for parity."""

@@ -1,0 +1,303 @@
+"""Model complexity and speed: parameters, MACs per pixel, latency and peak memory.
+
+MACs are counted with forward hooks on the layers that do the arithmetic, using the shapes the
+model really runs with (so a pruned model counts its real widths):
+
+- `Conv2d`: output elements x in_channels/groups x kh x kw;
+- `ConvTranspose2d`: input elements x out_channels/groups x kh x kw (each input pixel is
+  scattered through the kernel; the Conv2d formula applied to the output would overcount by
+  stride^2);
+- `Linear`: output elements x in_features;
+- MBCNN's learnable bandpass (a functional 1x1 conv): output elements x 64.
+
+Element-wise ops, pooling and activations are not counted (the field's convention). Latency
+is the median of `runs` timed runs after one warm-up, through the same `Restorer` that
+`clearsight restore` uses. Peak memory is the growth of the peak RSS over the RSS after
+loading the model, measured in a fresh subprocess per backend (sizes in increasing order, so
+each figure is that size's own peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from clearsight.artifact import LoadedModel, save_artifact
+from clearsight.errors import ClearsightError
+from clearsight.models.registry import build_model, count_parameters
+
+
+@dataclass
+class MacCount:
+    """MACs of one forward at `height` x `width`."""
+
+    height: int
+    width: int
+    total: int
+    by_type: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def per_pixel(self) -> float:
+        return self.total / (self.height * self.width)
+
+
+def _layer_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor) -> int:
+    from clearsight.models.mbcnn import LearnableBandpass
+
+    if isinstance(module, nn.ConvTranspose2d):
+        kh, kw = module.kernel_size
+        return inp.numel() * (module.out_channels // module.groups) * kh * kw
+    if isinstance(module, nn.Conv2d):
+        kh, kw = module.kernel_size
+        return out.numel() * (module.in_channels // module.groups) * kh * kw
+    if isinstance(module, nn.Linear):
+        return out.numel() * module.in_features
+    if isinstance(module, LearnableBandpass):
+        return out.numel() * int(module.kernel.shape[1])
+    return 0
+
+
+def _counted_types() -> tuple[type[nn.Module], ...]:
+    from clearsight.models.mbcnn import LearnableBandpass
+
+    return (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, LearnableBandpass)
+
+
+@torch.no_grad()
+def count_macs(model: nn.Module, height: int = 256, width: int = 256) -> MacCount:
+    """MACs of `model.restore` (or forward) on one [1,3,H,W] input, by layer type."""
+    by_type: dict[str, int] = {}
+
+    def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
+        name = type(module).__name__
+        by_type[name] = by_type.get(name, 0) + _layer_macs(module, args[0], out)
+
+    handles = [
+        m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _counted_types())
+    ]
+    try:
+        x = torch.rand(1, 3, height, width)
+        restore = getattr(model, "restore", None)
+        restore(x) if callable(restore) else model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return MacCount(height, width, sum(by_type.values()), by_type)
+
+
+def structure_of(loaded: LoadedModel) -> nn.Module:
+    """A PyTorch module with the artifact's structure (an ONNX model is rebuilt from its
+    config; MACs and parameter counts do not depend on the weights)."""
+    from clearsight.engine.ort_backend import OrtModel
+
+    if isinstance(loaded.model, OrtModel):
+        cfg = loaded.config
+        return build_model(cfg.architecture, **cfg.arch_args).eval()
+    return loaded.model
+
+
+def parse_sizes(text: str) -> list[tuple[int, int]]:
+    """'256,512' or '321x481' -> [(256, 256), (512, 512)]."""
+    sizes = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            h, _, w = part.lower().partition("x")
+            hw = (int(h), int(w or h))
+        except ValueError:
+            raise ClearsightError(f"--sizes: bad size {part!r} in {text!r}; e.g. 256,512") from None
+        if min(hw) < 1:
+            raise ClearsightError(f"--sizes: size {part!r} must be positive")
+        sizes.append(hw)
+    return sizes
+
+
+# -- timing ---------------------------------------------------------------------------------
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def time_restorer(
+    loaded: LoadedModel,
+    sizes: Sequence[tuple[int, int]],
+    runs: int = 3,
+    tile: int | None = None,
+    memory: bool = False,
+) -> list[dict[str, Any]]:
+    """Median latency (ms) at each size through a `Restorer`; peak RSS growth if `memory`."""
+    from clearsight.engine.inference import InferenceOptions, Restorer
+
+    restorer = Restorer(loaded, InferenceOptions(tile=tile))
+    m = max(8, int(getattr(loaded.model, "pad_multiple", 1)))
+    restorer.restore(torch.rand(1, 3, m, m))  # load kernels and libraries before the baseline
+    base = _rss_mb()
+    rows = []
+    for h, w in sorted(sizes, key=lambda s: s[0] * s[1]):
+        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w))
+        restorer.restore(x)  # warm-up
+        times = []
+        for _ in range(max(1, runs)):
+            t0 = time.perf_counter()
+            restorer.restore(x)
+            times.append((time.perf_counter() - t0) * 1000.0)
+        row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
+        row["runs_ms"] = times
+        if memory:
+            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
+        rows.append(row)
+    return rows
+
+
+@contextlib.contextmanager
+def _model_file(loaded: LoadedModel, backend: str) -> Iterator[Path]:
+    """`loaded` as a file a subprocess can load: an artifact folder or an exported .onnx."""
+    from clearsight.engine.ort_backend import OrtModel
+
+    with tempfile.TemporaryDirectory(prefix="clearsight-profile-") as d:
+        if backend == "onnxruntime" or isinstance(loaded.model, OrtModel):
+            if isinstance(loaded.model, OrtModel):
+                src = Path(loaded.source)
+                if not src.is_file():
+                    raise ClearsightError(f"{loaded.source}: cannot re-open the ONNX model")
+                yield src
+                return
+            from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx
+
+            path, _ = export_onnx(loaded, Path(d) / "model.onnx", parity_sizes=PARITY_SIZES_QUICK)
+            yield path
+            return
+        if loaded.config.architecture == "test":  # pragma: no cover - test helper models
+            raise ClearsightError("unregistered models cannot be profiled in a subprocess")
+        yield save_artifact(loaded.model, Path(d) / "model", loaded.config)
+
+
+def measure_in_subprocess(
+    loaded: LoadedModel,
+    backend: str,
+    sizes: Sequence[tuple[int, int]],
+    runs: int = 3,
+    tile: int | None = None,
+    threads: int | None = None,
+) -> list[dict[str, Any]]:
+    """`time_restorer` with memory, in a fresh Python process (clean RSS baseline)."""
+    with _model_file(loaded, backend) as path:
+        args = {
+            "model": str(path),
+            "sizes": [list(s) for s in sizes],
+            "runs": runs,
+            "tile": tile,
+            "threads": threads or torch.get_num_threads(),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "clearsight.profile", "--worker", json.dumps(args)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ClearsightError(f"profile worker ({backend}) failed: {tail}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _worker(spec: str) -> None:
+    import warnings
+
+    from clearsight.zoo import resolve_model
+
+    args = json.loads(spec)
+    torch.set_num_threads(int(args["threads"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = resolve_model(args["model"])
+    sizes = [tuple(s) for s in args["sizes"]]
+    rows = time_restorer(loaded, sizes, args["runs"], args["tile"], memory=True)
+    print(json.dumps(rows))
+
+
+# -- the report -----------------------------------------------------------------------------
+@dataclass
+class ProfileReport:
+    model: str
+    architecture: str
+    params: int
+    macs_per_pixel: float
+    macs_by_type: dict[str, int]
+    mac_size: str
+    threads: int
+    latency: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    load_average: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def profile_model(
+    loaded: LoadedModel,
+    *,
+    sizes: Sequence[tuple[int, int]] = ((256, 256), (512, 512)),
+    backends: Sequence[str] | None = None,
+    runs: int = 3,
+    tile: int | None = None,
+    memory: bool = True,
+    mac_size: tuple[int, int] = (256, 256),
+) -> ProfileReport:
+    """Parameters, MACs per pixel and per-backend latency (and peak memory) of `loaded`.
+
+    `backends` defaults to torch for a PyTorch model and onnxruntime for an `.onnx` file
+    (which has no PyTorch backend).
+    """
+    from clearsight.engine.ort_backend import OrtModel, check_backend, to_onnxruntime
+
+    is_onnx = isinstance(loaded.model, OrtModel)
+    backends = list(backends or (["onnxruntime"] if is_onnx else ["torch"]))
+    for b in backends:
+        check_backend(b)
+    if is_onnx and "torch" in backends:
+        raise ClearsightError(
+            f"{loaded.source} is an ONNX model: profile it with --backend onnxruntime"
+        )
+    structure = structure_of(loaded)
+    macs = count_macs(structure, *mac_size)
+    report = ProfileReport(
+        model=loaded.source,
+        architecture=loaded.config.architecture,
+        params=count_parameters(structure),
+        macs_per_pixel=macs.per_pixel,
+        macs_by_type=macs.by_type,
+        mac_size=f"{mac_size[0]}x{mac_size[1]}",
+        threads=torch.get_num_threads(),
+        load_average=os.getloadavg(),
+    )
+    for b in backends:
+        if memory:
+            report.latency[b] = measure_in_subprocess(loaded, b, sizes, runs, tile)
+        else:
+            target = to_onnxruntime(loaded) if b == "onnxruntime" else loaded
+            report.latency[b] = time_restorer(target, sizes, runs, tile)
+    return report
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="internal: the profile worker process")
+    parser.add_argument("--worker", required=True)
+    _worker(parser.parse_args().worker)
