@@ -17,6 +17,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -366,7 +367,7 @@ def eval_cmd(
             on_images=thumbs,
         )
     summary = result.summary()
-    table = Table(title=f"{model} on {data}  [preset {mp.name}: {mp.description}]")
+    table = Table(title=escape(f"{model} on {data}  (preset {mp.name}: {mp.description})"))
     table.add_column("metric")
     for col in ("mean", "median", "min", "max"):
         table.add_column(col, justify="right")
@@ -480,7 +481,6 @@ def check_data_cmd(
     ] = False,
 ) -> None:
     """Check paired training data (names, sizes, readable files); exit 1 on any problem."""
-    from rich.markup import escape
 
     from clearsight.data.paired import validate_pairs, validate_side_by_side
 
@@ -614,7 +614,6 @@ def compare_cmd(
     device: DeviceOpt = "cpu",
 ) -> None:
     """Compare model B with model A per image on paired data under one preset."""
-    from rich.markup import escape
 
     from clearsight.data.pairs import find_pairs
     from clearsight.engine.compare import compare
@@ -711,7 +710,6 @@ def audit_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed for weights and the batch.")] = 0,
 ) -> None:
     """Check MODEL for the field's known bugs: gradients, purity, structure, spec, two steps."""
-    from rich.markup import escape
 
     from clearsight.audit import audit
 

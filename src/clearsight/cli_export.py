@@ -140,7 +140,7 @@ def benchmark_cmd(
         console.print_json(json.dumps(report.to_dict()))
         return
     table = Table(
-        title=f"benchmark {model} on {data} [preset {report.preset}, {report.n_images} images]"
+        title=f"benchmark {model} on {data} (preset {report.preset}, {report.n_images} images)"
     )
     lat_cols = list(report.rows[0].latency_ms) if report.rows else []
     for col in ["format", "size MB", "params", "MACs/px", "PSNR", "dPSNR"]:

@@ -32,7 +32,8 @@ class InferenceOptions:
 
     tile: int | None = None
     """Tile size in pixels; None tiles only images above `max_untiled_pixels`, 0 never tiles."""
-    max_untiled_pixels: int = DEFAULT_MAX_UNTILED_PIXELS
+    max_untiled_pixels: int | None = None
+    """Auto-tiling threshold; None uses the model's own `max_untiled_pixels`, else 512x512."""
     halo: int | None = None
     """Context around generic tiles; None uses the model's receptive radius (exact)."""
     blend: int = 0
@@ -139,7 +140,12 @@ class Restorer:
         if t == 0:
             return None
         if t is None:
-            return DEFAULT_TILE if h * w > self.options.max_untiled_pixels else None
+            # a model may declare its own threshold and tile (MBCNN: big tiles, since each
+            # tiled call also pays for one whole-image pass for its global statistics)
+            limit = self.options.max_untiled_pixels or getattr(
+                self.model, "max_untiled_pixels", DEFAULT_MAX_UNTILED_PIXELS
+            )
+            return getattr(self.model, "default_tile", DEFAULT_TILE) if h * w > limit else None
         return t if (h > t or w > t) else None
 
     def _one_view(self, x: torch.Tensor, progress: Progress | None) -> torch.Tensor:
