@@ -292,14 +292,18 @@ def check_structure(
     finally:
         for h in hooks:
             h.remove()
+    reached = _reachable_parameters(loss)
+    # A module whose weights are used functionally (fused gate convs, a bandpass product) is
+    # not called but is used: only modules neither called nor reached are reported.
     never = [
         n
         for n, mod in model.named_modules()
-        if any(True for _ in mod.parameters(recurse=False)) and id(mod) not in called
+        if any(True for _ in mod.parameters(recurse=False))
+        and id(mod) not in called
+        and not any(id(p) in reached for p in mod.parameters(recurse=False))
     ]
     if never:
         problems.append(f"modules never called in forward: {_names(never)}")
-    reached = _reachable_parameters(loss)
     unused = [
         n
         for n, p in model.named_parameters()
