@@ -8,7 +8,9 @@ model really runs with (so a pruned model counts its real widths):
   scattered through the kernel; the Conv2d formula applied to the output would overcount by
   stride^2);
 - `Linear`: output elements x in_features;
-- MBCNN's learnable bandpass (a functional 1x1 conv): output elements x 64.
+- MBCNN's learnable bandpass (a functional 1x1 conv): output elements x 64;
+- convolutions and matrix products called functionally (no module to hook), from torch's
+  `FlopCounterMode`, under "functional".
 
 Element-wise ops, pooling and activations are not counted (the field's convention). Latency
 is the median of `runs` timed runs after one warm-up, through the same `Restorer` that
@@ -36,6 +38,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from clearsight.artifact import LoadedModel, save_artifact
 from clearsight.errors import ClearsightError
@@ -90,13 +93,21 @@ def count_macs(model: nn.Module, height: int = 256, width: int = 256) -> MacCoun
     handles = [
         m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _counted_types())
     ]
+    # torch's FlopCounterMode also sees convolutions called functionally (RESCAN's fused
+    # gate convs use their modules' weights through F.conv2d, so no module hook fires);
+    # what the hooks miss is reported as "functional".
+    counter = FlopCounterMode(display=False)
     try:
         x = torch.rand(1, 3, height, width)
         restore = getattr(model, "restore", None)
-        restore(x) if callable(restore) else model(x)
+        with counter:
+            restore(x) if callable(restore) else model(x)
     finally:
         for h in handles:
             h.remove()
+    functional = counter.get_total_flops() // 2 - sum(by_type.values())
+    if functional > 0:
+        by_type["functional"] = functional
     return MacCount(height, width, sum(by_type.values()), by_type)
 
 
