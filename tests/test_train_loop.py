@@ -135,10 +135,14 @@ def test_losses() -> None:
     stages = [torch.rand(2, 3, 16, 16) for _ in range(3)]
     want = sum(((s - (inp - tgt)) ** 2).mean() for s in stages)
     assert torch.allclose(rescan_loss(stages, inp, tgt), want)
-    exact = [inp - tgt]
+    exact = [inp - tgt]  # a residual model's perfect rain layer
     for name in ("l1", "mse", "charbonnier", "ssim"):
-        zero = build_loss(name)(exact, inp, tgt)
+        zero = build_loss(name, residual=True)(exact, inp, tgt)
         assert float(zero) < 2e-3, name
-        assert float(build_loss(name)(stages, inp, tgt)) > float(zero), name
+        assert float(build_loss(name, residual=True)(stages, inp, tgt)) > float(zero), name
+        # an image-predicting model (MBCNN's scales) is judged on its last output itself
+        scales = [torch.rand(2, 3, 4, 4), torch.rand(2, 3, 8, 8), tgt.clone()]
+        assert float(build_loss(name)(scales, inp, tgt)) < 2e-3, name
+        assert float(build_loss(name, residual=True)(scales, inp, tgt)) > 1e-2, name
     with pytest.raises(ClearsightError, match="unknown loss"):
         build_loss("l3")

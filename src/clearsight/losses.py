@@ -22,11 +22,14 @@ def _last(outputs: torch.Tensor | Sequence[torch.Tensor]) -> torch.Tensor:
     return outputs[-1] if isinstance(outputs, list | tuple) else outputs  # type: ignore[return-value]
 
 
-def _restored(outputs: torch.Tensor | Sequence[torch.Tensor], inputs: torch.Tensor) -> torch.Tensor:
-    """The restored image: a list of stages holds rain layers (RESCAN), so image = input - rain."""
-    if isinstance(outputs, list | tuple):
-        return inputs - outputs[-1]
-    return outputs
+def _restored(
+    outputs: torch.Tensor | Sequence[torch.Tensor], inputs: torch.Tensor, residual: bool
+) -> torch.Tensor:
+    """The restored image from the last output: input - it for models that predict the
+    degradation (RESCAN's rain layers), the output itself for models that predict the image
+    (MBCNN's last scale). The model says which (`predicts_residual`); never guessed."""
+    last = _last(outputs)
+    return inputs - last if residual else last
 
 
 def rescan_loss(outputs: Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor):
@@ -66,8 +69,12 @@ def ssim_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 1.0 - ssim.mean()
 
 
-def build_loss(name: str, *, eps: float = 1e-3) -> LossFn:
-    """The loss called `name` with the common signature."""
+def build_loss(name: str, *, eps: float = 1e-3, residual: bool = False) -> LossFn:
+    """The loss called `name` with the common signature.
+
+    `residual`: the model's outputs are degradation layers (restored = input - output), as
+    the model's `predicts_residual` attribute declares.
+    """
     image_losses: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
         "l1": F.l1_loss,
         "mse": F.mse_loss,
@@ -82,7 +89,7 @@ def build_loss(name: str, *, eps: float = 1e-3) -> LossFn:
         known = ", ".join(["rescan", "mbcnn", *image_losses])
         raise UnknownNameError(f"unknown loss {name!r}; known: {known}")
     fn = image_losses[name]
-    return lambda outputs, inputs, targets: fn(_restored(outputs, inputs), targets)
+    return lambda outputs, inputs, targets: fn(_restored(outputs, inputs, residual), targets)
 
 
 # -- MBCNN ------------------------------------------------------------------------------------

@@ -232,7 +232,11 @@ class _Run:
             betas=tuple(cfg.optim.betas),
             weight_decay=cfg.optim.weight_decay,
         )
-        self.loss_fn = build_loss(cfg.loss.name, eps=cfg.loss.eps)
+        self.loss_fn = build_loss(
+            cfg.loss.name,
+            eps=cfg.loss.eps,
+            residual=bool(getattr(self.model, "predicts_residual", False)),
+        )
         self.train_ds = _open_data(cfg, cfg.data.train, True)
         if cfg.data.batch_size % d.world:
             raise TrainConfigError(

@@ -201,6 +201,7 @@ def _canonical(value: str, options: tuple[str, ...], what: str) -> str:
 class RESCAN(nn.Module):
     """Multi-stage recurrent deraining net; `forward` returns every stage's rain layer."""
 
+    predicts_residual = True  # stage outputs are rain layers: derained = input - rain
     pad_multiple = 1
 
     def __init__(
