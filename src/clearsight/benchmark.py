@@ -47,6 +47,17 @@ class BenchRow:
     latency_ms: dict[str, float] = field(default_factory=dict)
     note: str = ""
 
+    def cells(self, sizes: list[str]) -> list[str]:
+        """The row as table cells, for the rich table and the plain-text rendering alike."""
+        return [
+            self.name,
+            f"{self.file_mb:.2f}",
+            f"{self.params:,}",
+            f"{self.macs_per_pixel / 1e3:,.1f}k",
+            "-" if self.psnr is None else f"{self.psnr:.3f}",
+            "-" if self.psnr_diff is None else f"{self.psnr_diff:+.4f}",
+        ] + [f"{self.latency_ms[s]:.0f}" for s in sizes]
+
 
 @dataclass
 class BenchmarkReport:
@@ -151,13 +162,5 @@ def format_text(report: BenchmarkReport) -> str:
     head = ["format", "size MB", "params", "MACs/px", "PSNR", "dPSNR"] + [f"{s} ms" for s in sizes]
     buf.write(" | ".join(head) + "\n")
     for r in report.rows:
-        cells = [
-            r.name,
-            f"{r.file_mb:.2f}",
-            f"{r.params:,}",
-            f"{r.macs_per_pixel / 1e3:,.1f}k",
-            "-" if r.psnr is None else f"{r.psnr:.3f}",
-            "-" if r.psnr_diff is None else f"{r.psnr_diff:+.4f}",
-        ] + [f"{r.latency_ms[s]:.0f}" for s in sizes]
-        buf.write(" | ".join(cells) + "\n")
+        buf.write(" | ".join(r.cells(sizes)) + "\n")
     return buf.getvalue()

@@ -148,15 +148,7 @@ def benchmark_cmd(
     for s in lat_cols:
         table.add_column(f"{s} ms", justify="right")
     for r in report.rows:
-        table.add_row(
-            r.name,
-            f"{r.file_mb:.2f}",
-            f"{r.params:,}",
-            f"{r.macs_per_pixel / 1e3:,.1f}k",
-            "-" if r.psnr is None else f"{r.psnr:.3f}",
-            "-" if r.psnr_diff is None else f"{r.psnr_diff:+.4f}",
-            *(f"{r.latency_ms[s]:.0f}" for s in lat_cols),
-        )
+        table.add_row(*r.cells(lat_cols))
     console.print(table)
     err_console.print(
         f"{report.threads} thread(s); load average "
