@@ -183,16 +183,52 @@ ScalesOpt = Annotated[
         help="Multi-scale prediction: comma-separated scales averaged with --tta, e.g. 1.0,0.75.",
     ),
 ]
+StagesOpt = Annotated[
+    str,
+    typer.Option(
+        "--stages",
+        help="Stages of a multi-stage model (RESCAN): all (as trained), auto (each image stops "
+        "once a stage changes it by less than --stage-threshold) or a number N.",
+    ),
+]
+StageThresholdOpt = Annotated[
+    float,
+    typer.Option(
+        "--stage-threshold",
+        help="With --stages auto: stop once a stage changes the image by less than this "
+        "(mean absolute difference, 0-1 image units).",
+    ),
+]
+DEFAULT_STAGE_THRESHOLD = 1e-3  # = clearsight.models.rescan.DEFAULT_STAGE_THRESHOLD (tested)
+
+
+def _stages_note(restorer: Any) -> str:
+    """', 3 stages' for the image just restored, when --stages is not all."""
+    used = getattr(restorer, "last_stages_used", None)
+    if restorer.options.stages == "all" or not used:
+        return ""
+    text = ", ".join(f"{n:g}" for n in used)
+    return f", {text} stage{'' if used == [1] else 's'}"
 
 
 def _make_restorer(
-    model: str, tile: int | None, tta: str, device: str, scales: str = "1.0", backend: str = "torch"
+    model: str,
+    tile: int | None,
+    tta: str,
+    device: str,
+    scales: str = "1.0",
+    backend: str = "torch",
+    stages: str = "all",
+    stage_threshold: float = DEFAULT_STAGE_THRESHOLD,
 ) -> Any:
     from clearsight.engine.inference import (
         ENSEMBLE_VIEWS,
         InferenceOptions,
         Restorer,
+        StageOptionError,
+        check_stage_threshold,
         parse_scales,
+        parse_stages,
     )
     from clearsight.errors import UnknownNameError
     from clearsight.zoo import resolve_model
@@ -205,14 +241,37 @@ def _make_restorer(
         scale_values = parse_scales(scales)
     except ValueError as exc:
         raise ClearsightError(f"--scales: {exc}") from None
+
+    def stage_error(exc: StageOptionError) -> ClearsightError:
+        return ClearsightError(f"--{exc.option.replace('_', '-')}: {exc.detail}")
+
+    try:
+        stage_value = parse_stages(stages)
+        check_stage_threshold(stage_threshold)
+    except StageOptionError as exc:
+        raise stage_error(exc) from None
+    if backend != "torch" and stage_value != "all":
+        raise ClearsightError(
+            f"--stages {stage_value} needs --backend torch (an exported graph runs all stages)"
+        )
     loaded = resolve_model(model, device=device)
     if backend != "torch":
         from clearsight.engine.ort_backend import check_backend, to_onnxruntime
 
         check_backend(backend)
         loaded = to_onnxruntime(loaded, device)
-    opts = InferenceOptions(tile=tile, ensemble=tta, scales=scale_values, device=device)  # type: ignore[arg-type]
-    return Restorer(loaded, opts)
+    opts = InferenceOptions(
+        tile=tile,
+        ensemble=tta,  # type: ignore[arg-type]
+        scales=scale_values,
+        device=device,
+        stages=stage_value,
+        stage_threshold=stage_threshold,
+    )
+    try:
+        return Restorer(loaded, opts)
+    except StageOptionError as exc:
+        raise stage_error(exc) from None
 
 
 def _restore_files(
@@ -238,7 +297,8 @@ def _restore_files(
             progress.remove_task(tiles)
             progress.advance(images)
             written.append(dst)
-            err_console.print(f"{src} -> {dst}  ({ms:.0f} ms)", highlight=False)
+            note = _stages_note(restorer)
+            err_console.print(f"{src} -> {dst}  ({ms:.0f} ms{note})", highlight=False)
     return written
 
 
@@ -255,9 +315,11 @@ def restore_cmd(
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
     backend: BackendOpt = "torch",
+    stages: StagesOpt = "all",
+    stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
-    restorer = _make_restorer(model, tile, tta, device, scales, backend)
+    restorer = _make_restorer(model, tile, tta, device, scales, backend, stages, stage_threshold)
     written = _restore_files(restorer, inputs, out, max_pixels, "restoring")
     console.print(f"restored {len(written)} image(s) into {out}")
 
@@ -275,6 +337,8 @@ def derain_cmd(
     tta: TtaOpt = "none",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    stages: StagesOpt = "all",
+    stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
 ) -> None:
     """Remove rain with the bundled default deraining model."""
     from clearsight.zoo import bundled_models
@@ -284,7 +348,9 @@ def derain_cmd(
             f"the bundled deraining model {DEFAULT_DERAIN!r} is not part of this release yet; "
             "use `clearsight restore --model ARTIFACT` with a trained RESCAN artifact"
         )
-    restorer = _make_restorer(DEFAULT_DERAIN, tile, tta, device)
+    restorer = _make_restorer(
+        DEFAULT_DERAIN, tile, tta, device, stages=stages, stage_threshold=stage_threshold
+    )
     written = _restore_files(restorer, inputs, out, max_pixels, "deraining")
     console.print(f"derained {len(written)} image(s) into {out}")
 
@@ -339,19 +405,29 @@ def eval_cmd(
     report: ReportOpt = None,
     report_k: ReportKOpt = 8,
     backend: BackendOpt = "torch",
+    stages: StagesOpt = "all",
+    stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
 ) -> None:
     """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
+    import statistics
+
     from clearsight.data.pairs import find_pairs
     from clearsight.engine.evaluate import evaluate
     from clearsight.metrics.presets import get_preset
 
-    restorer = _make_restorer(model, tile, tta, device, scales, backend)
+    restorer = _make_restorer(model, tile, tta, device, scales, backend, stages, stage_threshold)
     preset_name = preset or restorer.loaded.config.metric_preset
     mp = get_preset(preset_name, crop_border=crop_border)
     pairs = find_pairs(data)
     if save_images and out is None:
         raise ClearsightError("--save-images needs --out")
     thumbs = _thumbs_for(report, report_k)
+    stages_used: list[float] = []
+
+    def on_image(r: Any) -> None:
+        stages_used.extend(restorer.last_stages_used or [])
+        progress.advance(task)
+
     with _progress() as progress:
         task = progress.add_task(f"eval {data.name}", total=len(pairs))
         result = evaluate(
@@ -362,7 +438,7 @@ def eval_cmd(
             data_name=str(data),
             save_dir=(out / "images") if (save_images and out) else None,
             max_pixels=max_pixels,
-            on_image=lambda r: progress.advance(task),
+            on_image=on_image,
             ms_ssim=ms_ssim,
             on_images=thumbs,
         )
@@ -383,6 +459,16 @@ def eval_cmd(
         )
     lat = summary["latency_ms"]
     table.add_row("latency ms", f"{lat['mean']:.1f}", f"{lat['median']:.1f}", "", "")
+    chosen = restorer.options.stages
+    if chosen != "all" and stages_used:
+        label = f"stages ({chosen}, {stage_threshold:g})" if chosen == "auto" else "stages"
+        table.add_row(
+            f"{label} used",
+            f"{statistics.fmean(stages_used):.2f}",
+            f"{statistics.median(stages_used):g}",
+            f"{min(stages_used):g}",
+            f"{max(stages_used):g}",
+        )
     console.print(table)
     console.print(f"n = {summary['n']}; worst: {', '.join(summary['worst'])}")
     if out is not None:
@@ -434,6 +520,41 @@ def synth_moire_cmd(
             on_pair=lambda p: progress.advance(task),
         )
     console.print(f"wrote {report.pairs} pair(s) into {out}/moire and {out}/clean")
+
+
+@synth_app.command("rain")
+@_friendly
+def synth_rain_cmd(
+    clean: Annotated[Path, typer.Option("--clean", help="Folder of clean images.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (rain/ and clean/).")],
+    preset: Annotated[
+        str, typer.Option("--preset", help="light (Rain100L-like), heavy (Rain100H-like), mixed.")
+    ] = "mixed",
+    per_image: Annotated[
+        int, typer.Option("--per-image", help="Synthetic pairs per clean image.")
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same pairs).")] = 0,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Worker processes (0: this process; same output).")
+    ] = 0,
+    max_pixels: MaxPixOpt = None,
+) -> None:
+    """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
+    from clearsight.data.synth_rain import synth_rain_folder
+
+    with _progress() as progress:
+        task = progress.add_task(f"synth rain ({preset})", total=None)
+        report = synth_rain_folder(
+            clean,
+            out,
+            preset=preset,
+            per_image=per_image,
+            seed=seed,
+            workers=workers,
+            max_pixels=max_pixels,
+            on_pair=lambda p: progress.advance(task),
+        )
+    console.print(f"wrote {report.pairs} pair(s) into {out}/rain and {out}/clean")
 
 
 def main() -> None:

@@ -5,20 +5,25 @@ model's multiple and cropped back; images above a pixel budget are tiled (the mo
 tiled path when it has one, else overlapping blended tiles); an optional x8
 flip/rotation self-ensemble averages the eight dihedral views, and optional test-time
 `scales` average predictions made on resized copies (each resized back to the input size).
+Multi-stage models (RESCAN: `supports_stages`) can run fewer stages: a fixed number, or
+"auto" (each image stops once a stage changes it by less than `stage_threshold`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from clearsight.artifact import LoadedModel
 from clearsight.engine.tiling import Progress, tiled_apply
+from clearsight.errors import ClearsightError
+from clearsight.models.rescan import DEFAULT_STAGE_THRESHOLD
 
 Ensemble = Literal["none", "flip", "x8"]
 DEFAULT_TILE = 128  # fastest and leanest for RESCAN on 2 cores (benchmarks/restore_speed.py)
@@ -42,6 +47,50 @@ class InferenceOptions:
     """Multi-scale prediction: restore resized copies (bicubic, antialiased), resize each
     back to the input size and average them with the ensemble views; (1.0,) is off."""
     device: str = "cpu"
+    stages: str | int = "all"
+    """Stages of a multi-stage model (RESCAN): "all" (as trained), "auto" (each image stops
+    once a stage changes it by less than `stage_threshold`), or a number N (the first N)."""
+    stage_threshold: float = DEFAULT_STAGE_THRESHOLD
+    """For "auto": mean absolute change of the restored image, in [0,1] image units, between
+    two stages below which an image stops (>= 0; 0 never stops early)."""
+
+
+class StageOptionError(ClearsightError, ValueError):
+    """A bad `stages`/`stage_threshold` option; `option` names which (for the CLI)."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.detail = message
+
+
+def parse_stages(value: str | int) -> str | int:
+    """The stages option: "all", "auto" or a count >= 1 (an int or its text), else an error.
+
+    The upper bound (the model's trained stages) is checked by the `Restorer`.
+    """
+    if isinstance(value, bool):
+        raise StageOptionError("stages", f"expected all, auto or a number >= 1, got {value!r}")
+    if isinstance(value, str):
+        key = value.strip().lower()
+        if key in ("all", "auto"):
+            return key
+        try:
+            value = int(key)
+        except ValueError:
+            raise StageOptionError(
+                "stages", f"expected all, auto or a number of stages >= 1, got {value!r}"
+            ) from None
+    if not isinstance(value, int) or value < 1:
+        raise StageOptionError("stages", f"expected all, auto or a number >= 1, got {value!r}")
+    return value
+
+
+def check_stage_threshold(value: float) -> float:
+    """A finite or infinite number >= 0; else a StageOptionError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value) >= 0.0:
+        raise StageOptionError("stage_threshold", f"must be a number >= 0, got {value!r}")
+    return float(value)
 
 
 def _dihedral(
@@ -116,11 +165,61 @@ class Restorer:
         self.pad_multiple = max(
             int(getattr(self.model, "pad_multiple", 1)), int(self.spec.pad_multiple)
         )
+        self.staged = bool(getattr(self.model, "supports_stages", False))
+        self._stage_kwargs = self._check_stages()
+        self._stage_calls: list[list[int]] = []
+        self.last_stages_used: list[float] | None = None
+        """Stages each image of the last `restore` used (batch order), for a multi-stage
+        model; the mean over its model calls when it had several (ensemble views, scales,
+        generic tiles). None for a model without stages."""
+
+    def _check_stages(self) -> dict[str, Any]:
+        """Validate the stage options; the keyword arguments for the model's calls."""
+        stages = parse_stages(self.options.stages)
+        threshold = check_stage_threshold(self.options.stage_threshold)
+        if stages == "all":
+            return {}  # the model's own default: its call stays exactly as without stages
+        if not self.staged:
+            cfg = self.loaded.config
+            what = cfg.name or cfg.architecture
+            raise StageOptionError(
+                "stages",
+                f"model {what!r} ({type(self.model).__name__}) has no stages to choose, so "
+                f"{stages!r} cannot apply; only multi-stage models such as RESCAN (with the "
+                "torch backend) take stages other than all",
+            )
+        trained = int(getattr(self.model, "stages", 0) or 0)
+        if isinstance(stages, int) and trained and stages > trained:
+            raise StageOptionError(
+                "stages",
+                f"{stages} is more than the {trained} stage(s) the model was trained with; "
+                f"use all, auto or 1..{trained}",
+            )
+        if stages == "auto":
+            return {"stages": "auto", "threshold": threshold * self._unit_scale()}
+        return {"stages": stages}
+
+    def _unit_scale(self) -> float:
+        """Model-input units per [0,1] image unit (1 for RESCAN's plain [0,1] input; the
+        mean over channels when the spec normalises them differently)."""
+        lo, hi = self.spec.value_range
+        scale = sum((hi - lo) / s for s in self.spec.std) / len(self.spec.std)
+        return abs(scale) if math.isfinite(scale) else 1.0
+
+    def _record_stages(self) -> None:
+        if self.staged:
+            used = getattr(self.model, "last_stages_used", None)
+            if used:
+                self._stage_calls.append([int(n) for n in used])
 
     # -- pieces -------------------------------------------------------------------------
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         restore = getattr(self.model, "restore", None)
-        y = restore(x) if callable(restore) else self.model(x)
+        if callable(restore):
+            y = restore(x, **self._stage_kwargs)
+            self._record_stages()
+        else:
+            y = self.model(x)
         if isinstance(y, list | tuple):
             y = y[-1]
         return y
@@ -165,7 +264,9 @@ class Restorer:
             if ph or pw:
                 mode = "reflect" if ph < h and pw < w else "replicate"
                 x = F.pad(x, (0, pw, 0, ph), mode=mode)
-            return own(x, tile=tile, progress=progress)[..., :h, :w]
+            y = own(x, tile=tile, progress=progress, **self._stage_kwargs)
+            self._record_stages()
+            return y[..., :h, :w]
         radius = getattr(self.model, "receptive_radius", None)
         halo = (
             self.options.halo
@@ -184,6 +285,7 @@ class Restorer:
         if rgb01.ndim != 4 or rgb01.shape[1] != 3:
             raise ValueError(f"expected a [B,3,H,W] tensor, got shape {tuple(rgb01.shape)}")
         x = self.spec.to_model(rgb01.to(self.options.device, torch.float32))
+        self._stage_calls = []
         views = ENSEMBLE_VIEWS[self.options.ensemble]
         size = (int(x.shape[-2]), int(x.shape[-1]))
         runs = [(s, k) for s in self.scales for k in views]
@@ -203,8 +305,15 @@ class Restorer:
             y = _resize(inv(self._one_view(fwd(xs), view_progress)), size)
             acc = y if acc is None else acc + y
         assert acc is not None
+        self.last_stages_used = self._stages_per_image(int(x.shape[0]))
         out = self.spec.from_model(acc / len(runs))
         return out.clamp_(0.0, 1.0).cpu()
+
+    def _stages_per_image(self, batch: int) -> list[float] | None:
+        calls = [c for c in self._stage_calls if len(c) == batch]
+        if not self.staged or not calls:
+            return None
+        return [sum(c[i] for c in calls) / len(calls) for i in range(batch)]
 
     def timed_restore(
         self, rgb01: torch.Tensor, progress: Progress | None = None

@@ -303,9 +303,18 @@ def _rain_tile(
 
 @torch.inference_mode()
 def _restore_one(
-    model: RESCAN, image: torch.Tensor, runner: _Tiles, stages: int, step: Callable[[], None]
-) -> torch.Tensor:
-    """Restore one [1,3,H,W] image; returns [1,3,H,W] (channels-last)."""
+    model: RESCAN,
+    image: torch.Tensor,
+    runner: _Tiles,
+    stages: int,
+    step: Callable[[], None],
+    threshold: float | None = None,
+) -> tuple[torch.Tensor, int]:
+    """Restore one [1,3,H,W] image; returns [1,3,H,W] (channels-last) and the stages used.
+
+    With a `threshold` ("auto"), stops after stage s >= 2 once the stage changed the image
+    by less than it: the mean |rain_s - rain_(s-1)| over the whole image, as untiled.
+    """
     units = list(model.units)
     max_halo = max(u.dilation for u in units) + (1 if model.unit == "GRU" else 0)
     lay = _Layout(image, border=max(max_halo, 2))
@@ -343,8 +352,12 @@ def _restore_one(
         fn = partial(_rain_tile, lay, dec1, dbuf, add_prev, new_rain, stage_in, image)
         runner.map(fn, step)
         del fn, dbuf, prev, add_prev
+        if threshold is not None and rain is not None and not last:
+            diff = lay.core(new_rain, full) - lay.core(rain, full)
+            if diff.abs().mean().item() < threshold:
+                return lay.core(stage_in, full), s + 1
         rain = new_rain
-    return lay.core(stage_in, full)
+    return lay.core(stage_in, full), stages
 
 
 def restore_tiled(
@@ -360,6 +373,23 @@ def restore_tiled(
     Memory: about (units + 2) full-resolution feature maps (twice as many for LSTM cells)
     plus a tile's temporaries per worker thread, whatever the image size. While it runs, the
     worker threads lower torch's global intra-op thread count to 1; it is restored after.
+    """
+    return restore_tiled_stages(model, x, tile=tile, stages=stages, progress=progress)[0]
+
+
+def restore_tiled_stages(
+    model: RESCAN,
+    x: torch.Tensor,
+    *,
+    tile: int = 128,
+    stages: int | None = None,
+    threshold: float | None = None,
+    progress: Progress | None = None,
+) -> tuple[torch.Tensor, list[int]]:
+    """`restore_tiled`, with adaptive stopping when `threshold` is given, and the stages each
+    image used. With a threshold, `stages` (default: all) is the most any image runs and
+    every image stops on its own (see `RESCAN.restore`); progress then counts the stages an
+    image skipped as done, so it still ends at its total.
     """
     if x.ndim != 4 or x.shape[1] != 3:
         raise ValueError(f"expected a [N,3,H,W] tensor, got shape {tuple(x.shape)}")
@@ -379,10 +409,19 @@ def restore_tiled(
         if progress is not None:
             progress(done, total)
 
+    per_stage = (len(model.units) + 2) * len(tiles)
     runner = _Tiles(tiles, x.device)
+    outs, used = [], []
     try:
-        outs = [_restore_one(model, x[i : i + 1], runner, stages, step) for i in range(x.shape[0])]
+        for i in range(x.shape[0]):
+            y, n = _restore_one(model, x[i : i + 1], runner, stages, step, threshold)
+            outs.append(y)
+            used.append(n)
+            if n < stages:  # the skipped stages count as done
+                done += (stages - n) * per_stage
+                if progress is not None:
+                    progress(done, total)
     finally:
         runner.close()
     # Plain tensors (not inference tensors), contiguous like the input.
-    return torch.cat(outs, 0).contiguous()
+    return torch.cat(outs, 0).contiguous(), used
