@@ -88,7 +88,7 @@ class ScheduleConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan
+    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan | mbcnn
     eps: float = 1e-3  # charbonnier
 
 
@@ -102,6 +102,9 @@ class TrainSection:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     log_every: int = 10
+    max_minutes: float = 0.0
+    """Wall-clock budget (0: off): after a short timing the step budget is cut to what fits,
+    so the LR schedule still completes; a hard stop at the budget is the backstop."""
     val_every: int = 500
     ckpt_every: int = 500
     nan_patience: int = 3
@@ -137,7 +140,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.cache": ("memory", "none"),
     "optim.name": ("adam", "adamw"),
     "schedule.name": ("multistep", "cosine"),
-    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan"),
+    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn"),
     "train.amp": ("auto", "bf16", "off"),
 }
 POSITIVE = {"data.patch_size", "data.batch_size", "data.repeat", "train.steps", "train.grad_accum"}
@@ -145,6 +148,7 @@ POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.na
 POSITIVE |= {"optim.lr"}
 NON_NEGATIVE = {"data.workers", "train.max_rollbacks", "val.max_images", "train.clip_grad_norm"}
 NON_NEGATIVE |= {"optim.weight_decay", "schedule.warmup_steps", "schedule.min_lr"}
+NON_NEGATIVE |= {"train.max_minutes"}
 
 
 def _type_name(tp: Any) -> str:

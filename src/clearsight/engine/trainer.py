@@ -55,6 +55,10 @@ __all__ = ["TrainResult", "TrainingDivergedError", "train", "OVERFIT_MARGIN"]
 LOG_FILE = "train_log.jsonl"
 OVERFIT_MARGIN = 0.5
 """--overfit-batch passes when the last loss is at most this fraction of the first."""
+TIMING_STEPS = 100
+"""With train.max_minutes, the step time is measured over this many steps (warm-up included)."""
+TIME_MARGIN = 0.92
+"""Share of the remaining budget given to steps; the rest covers validation and exports."""
 
 
 class TrainingDivergedError(ClearsightError):
@@ -406,9 +410,17 @@ class _Run:
         fixed = self.stream.next() if self.overfit else None
         window: list[float] = []
         t0, s0 = time.perf_counter(), self.step
+        budget_s = t.max_minutes * 60.0
         while self.step < t.steps:
             loss = self.train_step(fixed)
             self.step += 1
+            if budget_s > 0:
+                elapsed = time.perf_counter() - t0
+                if self.step - s0 == TIMING_STEPS:
+                    self.fit_budget(elapsed / TIMING_STEPS, budget_s - elapsed, bar)
+                elif elapsed >= budget_s and self.step < t.steps:
+                    bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
+                    self.cfg.train.steps = self.step
             if math.isnan(loss):
                 self.nan_skipped, self.nan_streak = self.nan_skipped + 1, self.nan_streak + 1
                 if self.nan_streak >= t.nan_patience:
@@ -462,6 +474,19 @@ class _Run:
         if self.overfit and res.first_loss is not None and res.last_loss is not None:
             res.overfit_ok = res.last_loss <= OVERFIT_MARGIN * res.first_loss
         return res
+
+    def fit_budget(self, step_s: float, left_s: float, bar: Any) -> None:
+        """Cut `train.steps` (and multistep milestones) to what fits in `left_s` seconds."""
+        t, sched = self.cfg.train, self.cfg.schedule
+        fits = self.step + int(TIME_MARGIN * left_s / max(step_s, 1e-9))
+        if fits >= t.steps:
+            return
+        scale = fits / t.steps
+        sched.milestones = [max(1, round(m * scale)) for m in sched.milestones]
+        sched.warmup_steps = min(sched.warmup_steps, fits // 2)
+        bar.note(f"time budget: {t.steps} steps cut to {fits} ({step_s * 1000:.0f} ms/step)")
+        t.steps = fits
+        bar.set_total(fits)
 
     def rollback(self) -> None:
         """Back to the last checkpoint at half the LR, or stop after `max_rollbacks`."""
@@ -529,6 +554,10 @@ class _Bar:
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
+
+    def set_total(self, total: int) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, total=total)
 
     def update(self, step: int, **fields: float) -> None:
         if self.progress is not None:
