@@ -146,3 +146,45 @@ def test_losses() -> None:
         assert float(build_loss(name, residual=True)(scales, inp, tgt)) > 1e-2, name
     with pytest.raises(ClearsightError, match="unknown loss"):
         build_loss("l3")
+
+
+class _FakeClock:
+    """perf_counter that advances one second per call: a training step costs ~1-3 s."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1.0
+        return self.t
+
+
+def test_time_budget_cuts_the_steps_so_the_schedule_completes(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainer.time, "perf_counter", _FakeClock())
+    monkeypatch.setattr(trainer, "TIMING_STEPS", 2)
+    cfg = tiny_config(
+        data,
+        train={"steps": 1000, "max_minutes": 0.5, "val_every": 1000, "ckpt_every": 1000},
+        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": []},
+    )
+    res = train(cfg, tmp_path / "run", progress=False)
+    assert 2 < res.steps < 1000
+    saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert saved["config"]["train"]["steps"] == res.steps  # the cut budget is recorded
+    last = [json.loads(x) for x in (tmp_path / "run" / "train_log.jsonl").open() if "lr" in x][-1]
+    assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3  # cosine nearly annealed
+    assert (tmp_path / "run" / "last").is_dir()
+
+
+def test_time_budget_hard_stop_still_exports(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainer.time, "perf_counter", _FakeClock())
+    monkeypatch.setattr(trainer, "TIMING_STEPS", 10_000)  # never fits: the backstop stops it
+    cfg = tiny_config(data, train={"steps": 1000, "max_minutes": 0.1, "val_every": 1000})
+    res = train(cfg, tmp_path / "run", progress=False)
+    assert 1 <= res.steps < 20
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == res.steps
+    assert (tmp_path / "run" / "last").is_dir()
