@@ -1,7 +1,12 @@
-"""RESCAN restore speed and memory: untiled `restore` vs exact tiled `restore_tiled`.
+"""Restore speed and memory: RESCAN untiled vs exact tiled, and MBCNN / mbcnn-light.
 
     python benchmarks/restore_speed.py [--sizes 256 512 1024] [--runs 3] [--tile 128]
-                                       [--threads N]
+                                       [--threads N] [--mbcnn-sizes 1024] [--no-mbcnn]
+
+MBCNN rows go through the `Restorer` with its defaults (the model's own auto-tiling: untiled
+up to 1 MP, tone-consistent 512 tiles above), random weights; the public PyTorch MBCNN port
+takes 12.5 s at 1024x1024 on this CPU (the demoiré issue). The 3840x2160 mbcnn-light peak
+memory is measured in a fresh process.
 
 Default GRU architecture, random weights (seeded). Latency is the median of `--runs` runs
 after one warm-up run at the same size. Peak memory of the largest size is measured for each
@@ -22,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 import torch
 
@@ -29,6 +35,8 @@ from clearsight.models.rescan import RESCAN
 
 OFFICIAL_S = {512: 2.85, 1024: 26.1}  # official code, fp32, 2 threads, this CPU
 OFFICIAL_PEAK_GB = 2.1  # one 1024x1024 forward
+PUBLIC_MBCNN_1024_S = 12.5  # public PyTorch MBCNN port, 1024x1024, this CPU
+UHD = (2160, 3840)
 DEFAULT_TILE = 128
 
 
@@ -75,8 +83,26 @@ def _time(
     return statistics.median(times), y
 
 
+def _restorer(arch: str):  # noqa: ANN202 - keeps clearsight imports out of the module top
+    from clearsight.engine.inference import InferenceOptions, Restorer
+    from clearsight.zoo import resolve_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # random weights: speed and memory only
+        return Restorer(resolve_model(arch), InferenceOptions())
+
+
 def _memory_probe(path: str, size: int, tile: int) -> None:
     """Subprocess body: one run, then print the RSS figures as JSON."""
+    if path == "mbcnn-light-uhd":
+        restorer = _restorer("mbcnn-light")
+        base = _peak_rss_mb()
+        x = torch.rand(1, 3, *UHD, generator=torch.Generator().manual_seed(0))
+        t0 = time.perf_counter()
+        restorer.restore(x)
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"base_mb": base, "peak_mb": _peak_rss_mb(), "seconds": seconds}))
+        return
     model = _model()
     base = _peak_rss_mb()
     x = _image(size)
@@ -128,7 +154,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--tile", type=int, default=DEFAULT_TILE)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
-    ap.add_argument("--probe", choices=["untiled", "tiled"], help=argparse.SUPPRESS)
+    ap.add_argument("--mbcnn-sizes", type=int, nargs="+", default=[1024])
+    ap.add_argument("--no-mbcnn", action="store_true", help="RESCAN rows only.")
+    ap.add_argument(
+        "--probe", choices=["untiled", "tiled", "mbcnn-light-uhd"], help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.probe:
@@ -154,6 +184,16 @@ def main() -> None:
                 f"{growth:.0f}",
                 f"{m['peak_mb']:.0f}",
                 f"{OFFICIAL_PEAK_GB * 1024 / growth:.1f}x" if growth > 0 else "-",
+            ]
+        )
+    if not args.no_mbcnn:
+        m = _memory("mbcnn-light-uhd", 0, args.tile, args.threads)
+        mem_rows.append(
+            [
+                "mbcnn-light, 3840x2160 (Restorer defaults)",
+                f"{m['peak_mb'] - m['base_mb']:.0f}",
+                f"{m['peak_mb']:.0f}",
+                f"{m['seconds']:.1f} s",
             ]
         )
     model = _model()
@@ -188,9 +228,31 @@ def main() -> None:
         ],
         rows,
     )
+    if not args.no_mbcnn:
+        mb_rows = []
+        for arch in ("mbcnn", "mbcnn-light"):
+            restorer = _restorer(arch)
+            for size in args.mbcnn_sizes:
+                x = _image(size)
+                restorer.restore(x)  # warm-up
+                times = []
+                for _ in range(args.runs):
+                    t0 = time.perf_counter()
+                    restorer.restore(x)
+                    times.append(time.perf_counter() - t0)
+                t = statistics.median(times)
+                ref = PUBLIC_MBCNN_1024_S if (arch == "mbcnn" and size == 1024) else None
+                mb_rows.append(
+                    [arch, f"{size}x{size}", f"{t:.2f}", f"{ref / t:.1f}x" if ref else "-"]
+                )
+        _table(
+            f"MBCNN via Restorer, median of {args.runs} runs after a warm-up (seconds)",
+            ["model", "size", "seconds", "public port 12.5 s / ours"],
+            mb_rows,
+        )
     _table(
         f"Peak memory at {big}x{big}, fresh process (MB)",
-        ["path", "RSS growth", "absolute peak RSS", "official 2.1 GB / growth"],
+        ["path", "RSS growth", "absolute peak RSS", "official 2.1 GB / growth (or time)"],
         mem_rows,
     )
     print(

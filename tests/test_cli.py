@@ -169,11 +169,17 @@ def test_missing_data_folder_is_a_clear_error(tmp_path):
     assert "none" in out
 
 
-def test_derain_without_bundled_model_exits_nonzero_with_a_message(tmp_path):
+@pytest.mark.parametrize(
+    ("command", "model"), [("derain", "default-derain"), ("demoire", "default-demoire")]
+)
+def test_missing_bundled_model_exits_nonzero_with_a_message(tmp_path, monkeypatch, command, model):
+    from clearsight import zoo
+
+    monkeypatch.setattr(zoo, "BUNDLED_DIR", tmp_path / "no-models")
     img = tmp_path / "x.png"
     Image.fromarray(random_image(8, 8)).save(img)
-    out = _error(runner.invoke(app, ["derain", str(img)]))
-    assert "default-derain" in out
+    out = _error(runner.invoke(app, [command, str(img)]))
+    assert model in out and "missing" in out
 
 
 def test_debug_flag_shows_the_traceback(tmp_path):

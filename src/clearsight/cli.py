@@ -340,19 +340,45 @@ def derain_cmd(
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
 ) -> None:
-    """Remove rain with the bundled default deraining model."""
-    from clearsight.zoo import bundled_models
-
-    if DEFAULT_DERAIN not in bundled_models():
-        raise ClearsightError(
-            f"the bundled deraining model {DEFAULT_DERAIN!r} is not part of this release yet; "
-            "use `clearsight restore --model ARTIFACT` with a trained RESCAN artifact"
-        )
+    """Remove rain with the bundled default deraining model (RESCAN, see `models`)."""
+    _require_bundled(DEFAULT_DERAIN, "RESCAN")
     restorer = _make_restorer(
         DEFAULT_DERAIN, tile, tta, device, stages=stages, stage_threshold=stage_threshold
     )
     written = _restore_files(restorer, inputs, out, max_pixels, "deraining")
     console.print(f"derained {len(written)} image(s) into {out}")
+
+
+def _require_bundled(name: str, arch: str) -> None:
+    from clearsight.zoo import bundled_models
+
+    if name not in bundled_models():
+        raise ClearsightError(
+            f"the bundled model {name!r} is missing from this installation; "
+            f"use `clearsight restore --model ARTIFACT` with a trained {arch} artifact"
+        )
+
+
+# -- demoire --------------------------------------------------------------------------------
+DEFAULT_DEMOIRE = "default-demoire"
+
+
+@app.command("demoire")
+@_friendly
+def demoire_cmd(
+    inputs: Annotated[list[Path], typer.Argument(help="Screen photos (files or folders).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("demoired"),
+    tile: TileOpt = None,
+    tta: TtaOpt = "none",
+    scales: ScalesOpt = "1.0",
+    max_pixels: MaxPixOpt = None,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
+    _require_bundled(DEFAULT_DEMOIRE, "MBCNN")
+    restorer = _make_restorer(DEFAULT_DEMOIRE, tile, tta, device, scales=scales)
+    written = _restore_files(restorer, inputs, out, max_pixels, "demoiréing")
+    console.print(f"demoiréd {len(written)} image(s) into {out}")
 
 
 ReportOpt = Annotated[

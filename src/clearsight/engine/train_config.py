@@ -46,6 +46,9 @@ class ModelSection:
 
     arch: str = "rescan"
     args: dict[str, Any] = field(default_factory=dict)
+    init: str | None = None
+    """Start from these weights (artifact path or bundled name) instead of a random init:
+    fine-tuning. The artifact's architecture and arguments must match `arch` and `args`."""
 
 
 @dataclass

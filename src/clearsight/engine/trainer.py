@@ -186,6 +186,26 @@ def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
             e.copy_(p)
 
 
+def _init_from(model: nn.Module, cfg: TrainConfig) -> None:
+    """Fill `model` from the artifact `model.init` (fine-tuning); refuse a different model."""
+    from clearsight.zoo import resolve_model
+
+    init = str(cfg.model.init)
+    loaded = resolve_model(init)
+    want = (cfg.model.arch, build_model(cfg.model.arch, **cfg.model.args).state_dict().keys())
+    got = (loaded.config.architecture, loaded.model.state_dict().keys())
+    if want[0] != got[0] or list(want[1]) != list(got[1]):
+        raise TrainConfigError(
+            f"model.init: {init} is a {loaded.config.architecture!r} with arguments "
+            f"{loaded.config.arch_args}; it does not fit model.arch {cfg.model.arch!r} with "
+            f"arguments {cfg.model.args}"
+        )
+    try:
+        model.load_state_dict(loaded.model.state_dict(), strict=True)
+    except RuntimeError as exc:
+        raise TrainConfigError(f"model.init: {init} does not fit the model: {exc}") from None
+
+
 def _open_data(cfg: TrainConfig, root: str, train: bool) -> Any:
     d = cfg.data
     if not root:
@@ -224,6 +244,8 @@ class _Run:
         self.ckpt_path = run_dir / CHECKPOINT_FILE
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model.arch, **cfg.model.args).to(d.device)
+        if cfg.model.init:
+            _init_from(self.model, cfg)
         self.spec = get_spec(cfg.model.arch)
         self.ema = copy.deepcopy(self.model).requires_grad_(False) if t.ema_decay > 0 else None
         self.net: nn.Module = self.model
