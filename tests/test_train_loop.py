@@ -188,3 +188,22 @@ def test_time_budget_hard_stop_still_exports(
     assert 1 <= res.steps < 20
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == res.steps
     assert (tmp_path / "run" / "last").is_dir()
+
+
+def test_model_init_fine_tunes_from_an_artifact_and_refuses_another_model(
+    data: Path, tmp_path: Path
+) -> None:
+    train(tiny_config(data, train={"steps": 4}), tmp_path / "src", progress=False)
+    ft_cfg = tiny_config(data, train={"steps": 2})
+    ft_cfg.model.init = str(tmp_path / "src" / "last")
+    (tmp_path / "ft").mkdir()
+    run = trainer._Run(ft_cfg, tmp_path / "ft", trainer._init_dist("cpu"), False)
+    source = load_artifact(tmp_path / "src" / "last").model.state_dict()
+    for key, value in run.model.state_dict().items():
+        assert torch.equal(value, source[key]), key
+    res = train(ft_cfg, tmp_path / "ft2", progress=False)  # and it trains from there
+    assert res.steps == 2
+    other = tiny_config(data, model={"args": {"channels": 6, "stages": 2, "depth": 3}})
+    other.model.init = str(tmp_path / "src" / "last")
+    with pytest.raises(ClearsightError, match="model.init"):
+        train(other, tmp_path / "other", progress=False)
