@@ -9,15 +9,37 @@ gets the preprocessing the model was trained with and no flag can contradict it.
 Tiling: a model without a tiled path of its own is tiled by the `Restorer` exactly as with
 PyTorch (the generic blended tiler, `engine/tiling.py`), with the receptive radius stored in
 the metadata. A model with its own tiled path (RESCAN, MBCNN) gets one here too: where its
-receptive radius is finite the ORT model is tiled exactly (halo = radius); where it pools
-globally (RESCAN's SE, MBCNN's tone blocks) the ORT model runs UNTILED, so the result is the
-exact whole-image one but peak memory grows with the image (PyTorch's layer-synchronous or
-shared-statistics tiled paths have no ONNX equivalent here).
+receptive radius is finite the ORT model is tiled exactly (halo = radius). Where it pools
+globally (RESCAN's SE, MBCNN's tone blocks) the tiles share the whole image's statistics,
+as PyTorch's MBCNN tiles do:
+
+* the export names the value each pooling site computes (`shared_stats` in the metadata);
+  from the same file two more graphs are derived on first use (`derive_graph`): the
+  statistics graph (those values as outputs) and the tile graph (a second input
+  `global_stats` [N, sites, C] replaces them, and the pooling that fed them is pruned);
+* `restore_tiled` runs the statistics graph once on the whole image, or on an antialiased
+  bicubic downscale to `stats_pixels` when the image is larger, then the tile graph over
+  overlapping tiles (`tiled_apply` with the stored halo and blend), every tile fed the same
+  statistics. An image within `stats_pixels` runs untiled instead: that one pass is already
+  the exact result, at the memory the statistics pass needs anyway (`UntiledWarning` says so);
+* RESCAN's halo is its receptive radius without SE (83 px), so its tiles equal the untiled
+  output given the statistics; MBCNN's are PyTorch's (halo 32, blend 16). Defaults (stored
+  at export): RESCAN 512-pixel tiles and statistics from at most 512x512 pixels (so the
+  Restorer, which tiles it above 512x512, always takes them from a downscale); MBCNN as in
+  PyTorch (untiled up to 1 MP, then 512-pixel tiles and statistics from at most 1 MP).
+
+Peak memory is bounded by the statistics pass at `stats_pixels` plus one tile, whatever the
+image size (RESCAN at 1024x1024: 1.6 GB tiled against 3.9 GB untiled; ORT keeps part of the
+statistics pass's arena although each derived run asks it to shrink). Tiling costs time:
+the halo (RESCAN at 1024x1024 with 512-pixel tiles computes 1.35x the pixels) plus the
+statistics pass. A file exported before `shared_stats` existed still runs such models
+untiled, with an `UntiledWarning`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -37,10 +59,11 @@ EXPORT_KEY = "clearsight_export"
 PREPROCESS_KEY = "clearsight_preprocess"
 EXPORT_FORMAT_VERSION = 1
 BACKENDS = ("torch", "onnxruntime")
+STATS_INPUT = "global_stats"
 
 
 class UntiledWarning(UserWarning):
-    """ONNX Runtime runs a globally pooling model untiled: memory grows with the image."""
+    """ONNX Runtime runs a globally pooling model untiled although tiles were asked for."""
 
 
 def _ort() -> Any:
@@ -64,6 +87,83 @@ def make_session(model: str | os.PathLike[str] | bytes, threads: int | None = No
     return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
+def _prune(graph: Any, outputs: list[str]) -> None:
+    """Keep only the nodes, initializers and value infos that `outputs` depend on."""
+    from onnx import AttributeProto
+
+    needed = set(outputs)
+
+    def refs(node: Any) -> set[str]:
+        names = set(node.input)
+        for attr in node.attribute:  # values a subgraph may read from the outer scope
+            subs = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+            for sub in subs:
+                for n in sub.node:
+                    names |= refs(n)
+        return names
+
+    keep = []
+    for node in reversed(graph.node):
+        if needed.intersection(node.output):
+            keep.append(node)
+            needed |= refs(node)
+    del graph.node[:]
+    graph.node.extend(reversed(keep))
+    inits = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    infos = [v for v in graph.value_info if v.name in needed]
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
+
+
+def derive_graph(data: bytes, stats: dict[str, Any], main_output: str, kind: str) -> bytes:
+    """A graph derived from an export with `shared_stats` (the model's bytes; see the module
+    docstring): `kind` "stats" outputs `main_output` and the statistics; "tile" takes
+    `global_stats` [N, sites, C] in place of them and outputs `main_output` only."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    proto = onnx.load_from_string(data)
+    g = proto.graph
+    sites = [str(n) for n in stats["sites"]]
+    main = [o for o in g.output if o.name == main_output]
+    del g.output[:]
+    g.output.extend(main)
+    if kind == "stats":
+        g.output.extend(helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in sites)
+    elif kind == "tile":
+        name = str(stats.get("input", STATS_INPUT))
+        shape = ["N", len(sites), int(stats["channels"])]
+        g.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        renamed = {site: f"{name}_{k}" for k, site in enumerate(sites)}
+        for node in g.node:
+            for i, inp in enumerate(node.input):
+                if inp in renamed:
+                    node.input[i] = renamed[inp]
+        gathers = []
+        for k, site in enumerate(sites):
+            index = f"{name}_index_{k}"
+            g.initializer.append(numpy_helper.from_array(np.array(k, dtype=np.int64), index))
+            gathers.append(helper.make_node("Gather", [name, index], [renamed[site]], axis=1))
+        nodes = gathers + list(g.node)
+        del g.node[:]
+        g.node.extend(nodes)
+    else:
+        raise ValueError(f"unknown derived graph {kind!r}")
+    _prune(g, [o.name for o in g.output])
+    return proto.SerializeToString()
+
+
+def _shrink_arena() -> Any:
+    """Run options that hand the CPU arena's memory back after the run: the statistics
+    pass and the tiles run in two sessions whose arenas would otherwise both stay at
+    their peaks (RESCAN tiled at 1024x1024: 2.7 GB instead of 1.6 GB)."""
+    opts = _ort().RunOptions()
+    opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return opts
+
+
 def pad_to_multiple(x: torch.Tensor, m: int) -> torch.Tensor:
     """Pad bottom/right to a multiple of `m` like the models' own `restore` (reflect, or
     replicate where the image is too small to reflect)."""
@@ -79,10 +179,18 @@ class OrtModel(nn.Module):
     """An exported model run by ONNX Runtime, shaped like a clearsight model for `Restorer`.
 
     `restore(x)` pads to `pad_multiple`, runs the graph and crops back; `run_all(x)` returns
-    every graph output by name (the main `output` and the stage/scale outputs).
+    every graph output by name (the main `output` and the stage/scale outputs). With
+    `model_data` (the file's path or bytes) and `shared_stats` in the metadata it tiles
+    globally pooling models with shared statistics (`global_stats`, `run_shared`).
     """
 
-    def __init__(self, session: Any, export_info: dict[str, Any], source: str) -> None:
+    def __init__(
+        self,
+        session: Any,
+        export_info: dict[str, Any],
+        source: str,
+        model_data: str | os.PathLike[str] | bytes | None = None,
+    ) -> None:
         super().__init__()
         self.session = session
         self.export_info = export_info
@@ -94,6 +202,19 @@ class OrtModel(nn.Module):
         self.output_names = [o.name for o in session.get_outputs()]
         self.main_output = str(export_info.get("main_output", self.output_names[0]))
         self._warned_untiled = False
+        self._model_data = model_data
+        self._derived: dict[str, Any] = {}
+        stats = export_info.get("shared_stats")
+        self.shared_stats: dict[str, Any] | None = (
+            stats if isinstance(stats, dict) and model_data is not None else None
+        )
+        if self.shared_stats is not None:
+            # statistics from the whole image up to this many pixels, else from a downscale
+            self.stats_pixels = int(self.shared_stats["stats_pixels"])
+            # what the Restorer reads to decide when and how big to tile
+            self.default_tile = int(self.shared_stats["default_tile"])
+            if self.shared_stats.get("max_untiled_pixels") is not None:
+                self.max_untiled_pixels = int(self.shared_stats["max_untiled_pixels"])
         if export_info.get("has_restore_tiled"):
             # Only models whose PyTorch form has its own tiled path get one here, so every
             # other model is tiled by the Restorer's generic tiler exactly as with PyTorch.
@@ -113,16 +234,91 @@ class OrtModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.restore(x)
 
+    # -- shared statistics ------------------------------------------------------------------
+    def _session(self, kind: str) -> Any:
+        """The derived "stats" or "tile" session, built on first use."""
+        if kind not in self._derived:
+            if self.shared_stats is None:
+                raise ClearsightError(f"{self.source}: no shared-statistics graphs in this export")
+            data = self._model_data
+            if not isinstance(data, bytes):
+                assert data is not None
+                data = Path(data).read_bytes()
+            derived = derive_graph(data, self.shared_stats, self.main_output, kind)
+            self._derived[kind] = make_session(derived)
+        return self._derived[kind]
+
+    @staticmethod
+    def _array(x: torch.Tensor) -> np.ndarray:
+        return np.ascontiguousarray(x.detach().to("cpu", torch.float32).numpy())
+
+    def global_stats(self, x: torch.Tensor, *, max_pixels: int | None = -1) -> torch.Tensor:
+        """The statistics [N, sites, C] of the whole image `x`, from an antialiased bicubic
+        downscale to `max_pixels` when it is larger (-1: `stats_pixels`; None: never)."""
+        assert self.shared_stats is not None
+        budget = self.stats_pixels if max_pixels == -1 else max_pixels
+        h, w = x.shape[-2:]
+        if budget is not None and h * w > budget:
+            s = math.sqrt(budget / (h * w))
+            m = self.pad_multiple
+            size = (max(m, round(h * s)), max(m, round(w * s)))
+            x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
+        x = pad_to_multiple(x, self.pad_multiple)
+        session = self._session("stats")
+        feeds = {self.input_name: self._array(x)}
+        outs = session.run(list(self.shared_stats["sites"]), feeds, _shrink_arena())
+        return torch.from_numpy(np.stack(outs, axis=1))
+
+    def run_shared(self, x: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+        """The main output for `x` (H, W multiples of `pad_multiple`) with every global
+        pooling site using `stats` [N, sites, C] instead of pooling `x`."""
+        assert self.shared_stats is not None
+        feeds = {self.input_name: self._array(x), self.shared_stats["input"]: self._array(stats)}
+        tile = self._session("tile")
+        return torch.from_numpy(tile.run([self.main_output], feeds, _shrink_arena())[0])
+
+    def restore_shared(
+        self,
+        x: torch.Tensor,
+        stats: torch.Tensor,
+        *,
+        tile: int,
+        halo: int | None = None,
+        blend: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> torch.Tensor:
+        """Overlapping tiles of `x` (any size), every one run with the same `stats`; `halo`
+        and `blend` default to the export's (RESCAN: exact given the statistics)."""
+        from clearsight.engine.tiling import tiled_apply
+
+        assert self.shared_stats is not None
+        halo = int(self.shared_stats["halo"]) if halo is None else halo
+        blend = int(self.shared_stats["blend"]) if blend is None else blend
+
+        def run(t: torch.Tensor) -> torch.Tensor:
+            h, w = t.shape[-2:]
+            y = self.run_shared(pad_to_multiple(t, self.pad_multiple), stats)
+            return y[..., :h, :w]
+
+        y = tiled_apply(run, x, tile=tile, halo=halo, blend=blend, progress=progress)
+        return y.to(x.device)
+
     def _restore_tiled(
         self,
         x: torch.Tensor,
         *,
         tile: int = 256,
         progress: Callable[[int, int], None] | None = None,
+        stats_pixels: int | None = -1,
         **_: Any,
     ) -> torch.Tensor:
-        """Exact tiles (halo = receptive radius) where the radius is finite; else untiled,
-        because global pooling needs the whole image and ONNX has no layer-synchronous path."""
+        """Exact tiles (halo = receptive radius) where the radius is finite; tiles sharing
+        whole-image statistics where the model pools globally; else (an export without
+        `shared_stats`) untiled.
+
+        `stats_pixels`: -1 uses the model's; None always takes the statistics from the
+        full-resolution image and tiles anyway (what PyTorch's MBCNN does; for comparisons).
+        """
         if self.receptive_radius is not None:
             from clearsight.engine.tiling import tiled_apply
 
@@ -130,12 +326,21 @@ class OrtModel(nn.Module):
                 self.restore, x, tile=tile, halo=self.receptive_radius, progress=progress
             )
         h, w = x.shape[-2:]
+        budget = getattr(self, "stats_pixels", None) if stats_pixels == -1 else stats_pixels
+        if self.shared_stats is not None and (budget is None or h * w > budget):
+            stats = self.global_stats(x, max_pixels=budget)
+            return self.restore_shared(x, stats, tile=tile, progress=progress)
         if not self._warned_untiled:  # once per model, not once per ensemble view
             self._warned_untiled = True
+            why = (
+                f"it is within the {budget:,}-pixel budget of its whole-image statistics, "
+                "whose pass is the exact result at the same memory"
+                if self.shared_stats is not None
+                else "this export has no shared-statistics graphs for its global pooling, so "
+                "peak memory grows with the image (re-export it, or use --backend torch)"
+            )
             warnings.warn(
-                f"onnxruntime runs {self.source} untiled at {h}x{w}: its global pooling has no "
-                "exact tiled ONNX path, so peak memory grows with the image (use --backend torch "
-                "for bounded memory)",
+                f"onnxruntime runs {self.source} untiled at {h}x{w}: {why}",
                 UntiledWarning,
                 stacklevel=2,
             )
@@ -182,7 +387,8 @@ def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -
     except Exception as exc:  # onnxruntime raises several untyped errors for a bad file
         raise ArtifactError(f"{src}: not a readable ONNX model ({_one_line(exc)})") from None
     config, info = read_onnx_metadata(session, src)
-    return LoadedModel(model=OrtModel(session, info, src), config=config, source=src)
+    model = OrtModel(session, info, src, model_data=path)
+    return LoadedModel(model=model, config=config, source=src)
 
 
 def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:

@@ -13,14 +13,26 @@ and failed to down-convert MBCNN.
 The artifact's config and preprocessing spec go into `metadata_props` as JSON, so the file is
 self-describing. Every export runs ONNX Runtime against PyTorch at two resolutions (one of
 them odd-sized) and fails, leaving no file behind, when the max abs difference exceeds 1e-4.
+
+Global pooling sites (RESCAN's SE gates, MBCNN's tone vectors): the graph is the same, but
+the value each site computes from its own input gets a stable name (`stat0`, `stat1`, ..., in
+call order) and the metadata's `shared_stats` entry lists them with the tiling parameters.
+From that the ONNX Runtime backend derives, at load time, a statistics graph (those values as
+outputs) and a tile graph (an extra input `global_stats` [N, sites, C] replacing them), so
+tiles share the whole image's statistics as PyTorch's tiled paths do (see
+`engine/ort_backend.py`). Both derived graphs are parity-checked here as well: the statistics
+against PyTorch's, the tile graph with foreign statistics against PyTorch run with the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import types
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +47,7 @@ from clearsight.engine.ort_backend import (
     EXPORT_FORMAT_VERSION,
     EXPORT_KEY,
     PREPROCESS_KEY,
+    STATS_INPUT,
     OrtModel,
     make_session,
     pad_to_multiple,
@@ -47,6 +60,11 @@ OPSET = 17
 TOLERANCE = 1e-4
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))
 PARITY_SIZES_QUICK: tuple[tuple[int, int], ...] = ((64, 96), (67, 93))
+# ONNX Runtime tiles of RESCAN (see `stats_layout`): statistics from at most this many pixels
+# (the Restorer's untiled limit, so a tiled image always takes them from a downscale) and
+# 512-pixel tiles, whose exact halo (83 px at the defaults) costs least at that size.
+RESCAN_STATS_PIXELS = 512 * 512
+RESCAN_ORT_TILE = 512
 
 
 class ExportError(ClearsightError):
@@ -58,10 +76,13 @@ class ParityResult:
     sizes: list[tuple[int, int]]
     max_abs_diff: float
     per_size: list[float]
+    shared_stats_diff: float | None = None
+    """Max abs difference of the derived statistics and tile graphs (None: none derived)."""
 
     @property
     def ok(self) -> bool:
-        return self.max_abs_diff <= TOLERANCE
+        worst = max(self.max_abs_diff, self.shared_stats_diff or 0.0)
+        return worst <= TOLERANCE
 
 
 class _RescanGraph(nn.Module):
@@ -113,6 +134,123 @@ def export_graph(model: nn.Module) -> tuple[nn.Module, list[str]]:
     if isinstance(model, MBCNN):
         return _MbcnnGraph(model), ["output", "out_quarter", "out_half"]
     return _RestoreGraph(model), ["output"]
+
+
+def stats_layout(model: nn.Module) -> dict[str, Any] | None:
+    """How `model`'s global pooling sites are shared across ONNX Runtime tiles; None if it has
+    none (then tiles are exact with halo = receptive radius, or generic).
+
+    `sites` values of `channels` each, in call order, and the tiling they support: `halo` and
+    `blend` for `engine.tiling.tiled_apply`, `stats_pixels` (statistics from the whole image up
+    to this many pixels, else from a downscale to it), `default_tile`, `max_untiled_pixels`.
+    RESCAN shares its SE gates (sigmoid outputs, one per unit and decoder per stage); its
+    halo is the receptive radius of the same network without SE, so tiles are exact given the
+    statistics. MBCNN shares its five tone vectors with PyTorch's tiling defaults.
+    """
+    from clearsight.models.mbcnn import DEFAULT_HALO, DEFAULT_STATS_PIXELS, MBCNN
+    from clearsight.models.rescan import RESCAN
+
+    if isinstance(model, MBCNN):
+        return {
+            "kind": "mbcnn-tone-vectors",
+            "sites": len(model.global_blocks()),
+            "channels": 4 * model.n_filters,
+            "halo": DEFAULT_HALO,
+            "blend": DEFAULT_HALO // 2,
+            "exact_given_stats": False,
+            "stats_pixels": DEFAULT_STATS_PIXELS,
+            "default_tile": int(model.default_tile),
+            "max_untiled_pixels": int(model.max_untiled_pixels),
+        }
+    if isinstance(model, RESCAN) and model.use_se:
+        plain = RESCAN(**{**model.config(), "use_se": False})
+        return {
+            "kind": "rescan-se-gates",
+            "sites": model.stages * (len(model.units) + 1),
+            "channels": model.channels,
+            "halo": plain.receptive_radius,
+            "blend": 0,
+            "exact_given_stats": True,
+            "stats_pixels": RESCAN_STATS_PIXELS,
+            "default_tile": RESCAN_ORT_TILE,
+        }
+    return None
+
+
+@contextlib.contextmanager
+def global_stats_hooks(
+    model: nn.Module, shared: torch.Tensor | None = None
+) -> Iterator[list[torch.Tensor]]:
+    """While active, `model`'s global pooling sites (see `stats_layout`) append the statistic
+    each computed from its own input to the yielded list, in call order; with `shared`
+    [N, sites, C] site k uses `shared[:, k]` instead (what an ONNX Runtime tile does).
+    Inference only; the model is left as it was."""
+    from clearsight.models.mbcnn import MBCNN
+    from clearsight.models.rescan import SEBlock
+
+    rec: list[torch.Tensor] = []
+    if isinstance(model, MBCNN):
+        blocks = model.global_blocks()
+        if shared is None:
+            for b in blocks:
+                b.record = rec  # each block appends the vector it pooled
+            try:
+                yield rec
+            finally:
+                for b in blocks:
+                    b.record = None
+            return
+        with model.shared_global_vectors([shared[:, k] for k in range(len(blocks))]):
+            yield rec
+        return
+    blocks_se = [m for m in model.modules() if isinstance(m, SEBlock)]
+    calls = [0]
+
+    def se_forward(se: SEBlock, x: torch.Tensor) -> torch.Tensor:
+        if shared is None:
+            g = se.gate(x.mean(dim=(2, 3)))
+            rec.append(g)
+        else:
+            g = shared[:, calls[0]]
+        calls[0] += 1
+        return x * g[:, :, None, None]
+
+    for se in blocks_se:
+        se.forward = types.MethodType(se_forward, se)  # an instance attribute, removed below
+    try:
+        yield rec
+    finally:
+        for se in blocks_se:
+            del se.forward
+
+
+class _WithStats(nn.Module):
+    """`graph`'s outputs followed by the statistics of the model's global pooling sites."""
+
+    def __init__(self, graph: nn.Module, model: nn.Module) -> None:
+        super().__init__()
+        self.graph = graph
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with global_stats_hooks(self.model) as rec:
+            out = self.graph(x)
+        return (*(out if isinstance(out, tuple) else (out,)), *rec)
+
+
+def _strip_outputs(data: bytes, names: list[str]) -> bytes:
+    """Drop `names` from the graph outputs: the values stay, named, inside the graph."""
+    import onnx
+
+    proto = onnx.load_from_string(data)
+    keep = [o for o in proto.graph.output if o.name not in names]
+    del proto.graph.output[:]
+    proto.graph.output.extend(keep)
+    produced = {o for n in proto.graph.node for o in n.output}
+    missing = [n for n in names if n not in produced]
+    if missing:
+        raise ExportError(f"statistics values {missing} are not computed by any graph node")
+    return proto.SerializeToString()
 
 
 def _parity_input(loaded: LoadedModel, h: int, w: int, seed: int) -> torch.Tensor:
@@ -173,6 +311,43 @@ def parity_check(
     return ParityResult(sizes=list(sizes), max_abs_diff=max(per_size), per_size=per_size)
 
 
+def shared_stats_parity(
+    loaded: LoadedModel,
+    ort_model: OrtModel,
+    graph: nn.Module,
+    size: tuple[int, int],
+) -> float:
+    """Max abs difference of the derived graphs against PyTorch at `size`: the statistics of
+    an image, and the main output of the tile graph fed a different image's statistics (so a
+    tile graph that still pooled its own input would fail)."""
+    model = loaded.model
+    h, w = size
+    m = ort_model.pad_multiple
+    x = pad_to_multiple(_parity_input(loaded, h, w, seed=0), m)
+    other = pad_to_multiple(_parity_input(loaded, h, w, seed=1).flip(-1) * 0.5, m)
+    with torch.no_grad():
+        with global_stats_hooks(model) as rec:
+            graph(x)
+        ref_stats = torch.stack(rec, 1)
+        with global_stats_hooks(model) as rec:
+            graph(other)
+        foreign = torch.stack(rec, 1)
+        with global_stats_hooks(model, shared=foreign):
+            ref = graph(x)
+    ref_out = ref[0] if isinstance(ref, tuple) else ref
+    got_stats = ort_model.global_stats(x, max_pixels=None)
+    got_out = ort_model.run_shared(x, foreign)
+    if tuple(got_stats.shape) != tuple(ref_stats.shape):
+        raise ExportError(
+            f"parity check: statistics have shape {tuple(got_stats.shape)} in ONNX Runtime "
+            f"but {tuple(ref_stats.shape)} in PyTorch"
+        )
+    return max(
+        float((got_stats - ref_stats.float()).abs().max()),
+        float((got_out - ref_out.float()).abs().max()),
+    )
+
+
 def export_onnx_bytes(
     loaded: LoadedModel,
     *,
@@ -184,35 +359,48 @@ def export_onnx_bytes(
     if isinstance(model, OrtModel):
         raise ExportError(f"{loaded.source} is already an ONNX model")
     graph, names = export_graph(model)
+    layout = stats_layout(model)
+    sites = [f"stat{k}" for k in range(layout["sites"])] if layout else []
     pad = max(int(getattr(model, "pad_multiple", 1)), int(loaded.config.preprocess.pad_multiple))
     size = -(-64 // pad) * pad
     example = _parity_input(loaded, size, size + pad, seed=99)
     axes: dict[str, dict[int, str]] = {"input": {0: "N", 2: "H", 3: "W"}}
     for n in names:
         axes[n] = {0: "N", 2: f"{n}_H", 3: f"{n}_W"}
+    for n in sites:
+        axes[n] = {0: "N"}
+    # eval(): the exporter restores the traced module's mode afterwards, and a new wrapper
+    # module is in training mode, which would leave the caller's model in training mode
+    traced = (_WithStats(graph, model) if sites else graph).eval()
     buf = io.BytesIO()
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(
-                graph,
+                traced,
                 (example,),
                 buf,
                 input_names=["input"],
-                output_names=names,
+                output_names=names + sites,
                 opset_version=OPSET,
                 dynamic_axes=axes,
                 dynamo=False,
                 do_constant_folding=True,
             )
-            ref = graph(example)
+            with global_stats_hooks(model) if sites else contextlib.nullcontext([]) as rec:
+                ref = graph(example)
     except Exception as exc:
         raise ExportError(
             f"{loaded.source}: ONNX export failed ({type(exc).__name__}: {exc})"
         ) from exc
+    if len(rec) != len(sites):
+        raise ExportError(
+            f"{loaded.source}: expected {len(sites)} global pooling sites, found {len(rec)}"
+        )
     ref_t = ref if isinstance(ref, tuple) else (ref,)
     data = _set_channel_dims(
-        buf.getvalue(), {n: int(r.shape[1]) for n, r in zip(names, ref_t, strict=True)}
+        _strip_outputs(buf.getvalue(), sites) if sites else buf.getvalue(),
+        {n: int(r.shape[1]) for n, r in zip(names, ref_t, strict=True)},
     )
     info = {
         "format_version": EXPORT_FORMAT_VERSION,
@@ -226,6 +414,8 @@ def export_onnx_bytes(
         "has_restore_tiled": callable(getattr(model, "restore_tiled", None)),
         "input_convention": "preprocessed (apply clearsight_preprocess first)",
     }
+    if layout:
+        info["shared_stats"] = {**layout, "input": STATS_INPUT, "sites": sites}
     cfg = loaded.config.to_dict()
     props = {
         CONFIG_KEY: json.dumps(cfg),
@@ -235,7 +425,8 @@ def export_onnx_bytes(
     data = _add_metadata(data, props)
     session = make_session(data)
     read_onnx_metadata(session, loaded.source)  # the round trip must work
-    result = parity_check(loaded, OrtModel(session, info, loaded.source), graph, parity_sizes)
+    ort_model = OrtModel(session, info, loaded.source, model_data=data)
+    result = parity_check(loaded, ort_model, graph, parity_sizes)
     if result.max_abs_diff > tolerance:
         raise ExportError(
             f"{loaded.source}: ONNX parity check failed: max abs difference "
@@ -243,6 +434,15 @@ def export_onnx_bytes(
             + ", ".join(f"{h}x{w}" for h, w in result.sizes)
             + "); no file written"
         )
+    if sites:
+        small = min(parity_sizes, key=lambda s: s[0] * s[1])
+        result.shared_stats_diff = shared_stats_parity(loaded, ort_model, graph, small)
+        if result.shared_stats_diff > tolerance:
+            raise ExportError(
+                f"{loaded.source}: ONNX parity check of the tiled (shared statistics) graphs "
+                f"failed: max abs difference {result.shared_stats_diff:.3g} > {tolerance:g} "
+                f"at {small[0]}x{small[1]}; no file written"
+            )
     return data, result
 
 
@@ -276,9 +476,12 @@ def check_format(fmt: str) -> str:
 
 
 def describe(result: ParityResult) -> dict[str, Any]:
-    return {
+    out = {
         "sizes": [f"{h}x{w}" for h, w in result.sizes],
         "max_abs_diff": result.max_abs_diff,
         "per_size": result.per_size,
         "tolerance": TOLERANCE,
     }
+    if result.shared_stats_diff is not None:
+        out["shared_stats_diff"] = result.shared_stats_diff
+    return out
