@@ -34,8 +34,10 @@ def test_bundled_model_loads_by_name_with_its_card(name, arch, params):
     folder = bundled_models()[name]
     card = (folder / "MODEL_CARD.md").read_text(encoding="utf-8")
     assert "steps" in card and "licence" in card.lower()
-    res = runner.invoke(app, ["models"])
-    assert res.exit_code == 0 and name in res.output
+    res = runner.invoke(app, ["models", "--json"])
+    assert res.exit_code == 0
+    listed = {m["name"]: m for m in json.loads(res.output)}
+    assert listed[name]["params"] == params
 
 
 def test_bundled_derain_weights_are_small():

@@ -139,7 +139,7 @@ def models_cmd(
         return
     table = Table(title="clearsight models")
     for col, kw in (
-        ("name", {"style": "bold"}),
+        ("name", {"style": "bold", "no_wrap": True}),
         ("kind", {}),
         ("task", {}),
         ("params", {"justify": "right"}),
