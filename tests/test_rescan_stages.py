@@ -316,7 +316,9 @@ def test_cli_derain_takes_the_options(tmp_path) -> None:
     res = runner.invoke(app, ["derain", "--help"])
     assert res.exit_code == 0 and "--stages" in res.output and "--stage-threshold" in res.output
     img = tmp_path / "x.png"
-    Image.fromarray(random_image(8, 8)).save(img)
-    # the bundled model is not released yet: the same error as without the options
-    res = runner.invoke(app, ["derain", str(img), "--stages", "auto"])
-    assert res.exit_code == 1 and "default-derain" in res.output
+    Image.fromarray(random_image(16, 16)).save(img)
+    res = runner.invoke(app, ["derain", str(img), "-o", str(tmp_path / "o"), "--stages", "2"])
+    assert res.exit_code == 0, res.output
+    assert "2 stages" in _flat(res.output)
+    res = runner.invoke(app, ["derain", str(img), "--stages", "9"])
+    assert res.exit_code == 1 and "--stages" in res.output

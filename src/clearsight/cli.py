@@ -199,7 +199,7 @@ StageThresholdOpt = Annotated[
         "(mean absolute difference, 0-1 image units).",
     ),
 ]
-DEFAULT_STAGE_THRESHOLD = 1e-3  # = clearsight.models.rescan.DEFAULT_STAGE_THRESHOLD (tested)
+DEFAULT_STAGE_THRESHOLD = 6e-3  # = clearsight.models.rescan.DEFAULT_STAGE_THRESHOLD (tested)
 
 
 def _stages_note(restorer: Any) -> str:
