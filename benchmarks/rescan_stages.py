@@ -36,6 +36,9 @@ from clearsight.metrics.presets import get_preset
 from clearsight.models.rescan import DEFAULT_STAGE_THRESHOLD
 from clearsight.zoo import resolve_model
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tables import print_table as _table  # noqa: E402 - beside this script
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "derain" / "Rain100L"
 
@@ -49,24 +52,6 @@ class Run:
     psnr: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     stages: list[float] = field(default_factory=list)
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # plain text
-        print(title)
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        for r in [header, *rows]:
-            print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
-        return
-    table = Table(title=title)
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for r in rows:
-        table.add_row(*r)
-    Console(width=140).print(table)
 
 
 def main(argv: list[str] | None = None) -> int:

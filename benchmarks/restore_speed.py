@@ -33,6 +33,9 @@ import torch
 
 from clearsight.models.rescan import RESCAN
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tables import print_table as _table  # noqa: E402 - beside this script
+
 OFFICIAL_S = {512: 2.85, 1024: 26.1}  # official code, fp32, 2 threads, this CPU
 OFFICIAL_PEAK_GB = 2.1  # one 1024x1024 forward
 PUBLIC_MBCNN_1024_S = 12.5  # public PyTorch MBCNN port, 1024x1024, this CPU
@@ -128,24 +131,6 @@ def _memory(path: str, size: int, tile: int, threads: int) -> dict[str, float]:
     ]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
-
-
-def _table(title: str, header: list[str], rows: list[list[str]]) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # plain text
-        print(title)
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        for r in [header, *rows]:
-            print("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)))
-        return
-    table = Table(title=title)
-    for i, h in enumerate(header):
-        table.add_column(h, justify="left" if i == 0 else "right")
-    for r in rows:
-        table.add_row(*r)
-    Console(width=140).print(table)
 
 
 def main() -> None:

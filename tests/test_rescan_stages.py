@@ -320,5 +320,5 @@ def test_cli_derain_takes_the_options(tmp_path) -> None:
     res = runner.invoke(app, ["derain", str(img), "-o", str(tmp_path / "o"), "--stages", "2"])
     assert res.exit_code == 0, res.output
     assert "2 stages" in _flat(res.output)
-    res = runner.invoke(app, ["derain", str(img), "--stages", "9"])
+    res = runner.invoke(app, ["derain", str(img), "-o", str(tmp_path / "o9"), "--stages", "9"])
     assert res.exit_code == 1 and "--stages" in res.output

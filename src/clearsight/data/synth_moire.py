@@ -23,13 +23,16 @@ Everything is drawn from one `numpy.random.Generator`: the same seed gives the s
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
+
+from clearsight.data.synth_common import SynthReport, pair_seed, read_as_uint8, synth_sources
+
+__all__ = ["MoireConfig", "SynthReport", "pair_seed", "synth_moire_folder", "synthesize_moire"]
 
 SUBPIXELS = 3
 _BAYER_RGGB = getattr(cv2, "COLOR_BayerRGGB2RGB", None)
@@ -179,17 +182,6 @@ def synthesize_moire(
     return to8(moire), to8(target)
 
 
-def pair_seed(seed: int, name: str, k: int) -> np.random.Generator:
-    """The generator for copy `k` of the image called `name`: independent of file order."""
-    return np.random.default_rng([seed, zlib.crc32(name.encode("utf-8")), k])
-
-
-@dataclass(frozen=True)
-class SynthReport:
-    pairs: int
-    out: Path
-
-
 def synth_moire_folder(
     clean_dir: Path,
     out: Path,
@@ -201,23 +193,12 @@ def synth_moire_folder(
     on_pair: Callable[[Path], None] | None = None,
 ) -> SynthReport:
     """Write `per_image` synthetic pairs per clean image: OUT/moire/NAME_k.png + OUT/clean/."""
-    from clearsight.errors import ClearsightError
-    from clearsight.io import list_images, read_image, write_image
+    from clearsight.io import write_image
 
-    if per_image < 1:
-        raise ClearsightError(f"--per-image must be >= 1, got {per_image}")
-    if not Path(clean_dir).is_dir():
-        raise ClearsightError(f"clean folder not found: {clean_dir}")
-    files = list_images(clean_dir)
-    if not files:
-        raise ClearsightError(f"no images in {clean_dir}")
-    (out / "moire").mkdir(parents=True, exist_ok=True)
-    (out / "clean").mkdir(parents=True, exist_ok=True)
+    files = synth_sources(clean_dir, out, per_image, "moire")
     n = 0
     for f in files:
-        img = read_image(f, max_pixels=max_pixels)
-        if img.dtype != np.uint8:  # 16-bit sources: synthesise at 8 bits
-            img = np.clip(np.rint(img.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
+        img = read_as_uint8(f, max_pixels)
         for k in range(per_image):
             moire, target = synthesize_moire(img, pair_seed(seed, f.name, k), cfg)
             name = f"{f.stem}_{k}.png"

@@ -32,7 +32,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from clearsight.data.synth_moire import SynthReport, pair_seed
+from clearsight.data.synth_common import SynthReport, pair_seed, read_as_uint8, synth_sources
 
 PRESETS = ("light", "heavy", "mixed")
 MIXED_LIGHT_FRACTION = 2 / 3
@@ -168,12 +168,10 @@ def rain_pair(clean: np.ndarray, seed: int, name: str, k: int, preset: str) -> n
 def _one_file(
     args: tuple[Path, Path, int, int, str, int | None],
 ) -> list[Path]:
-    from clearsight.io import read_image, write_image
+    from clearsight.io import write_image
 
     f, out, per_image, seed, preset, max_pixels = args
-    img = read_image(f, max_pixels=max_pixels)
-    if img.dtype != np.uint8:  # 16-bit sources: synthesise at 8 bits
-        img = np.clip(np.rint(img.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
+    img = read_as_uint8(f, max_pixels)
     written = []
     for k in range(per_image):
         name = f"{f.stem}_{k}.png"
@@ -200,21 +198,12 @@ def synth_rain_folder(
     aligned pixel for pixel. `workers` > 0 spreads files over processes (same output).
     """
     from clearsight.errors import ClearsightError
-    from clearsight.io import list_images
 
     if preset not in PRESETS:
         raise ClearsightError(f"--preset must be one of {', '.join(PRESETS)}, got {preset!r}")
-    if per_image < 1:
-        raise ClearsightError(f"--per-image must be >= 1, got {per_image}")
     if workers < 0:
         raise ClearsightError(f"--workers must be >= 0, got {workers}")
-    if not Path(clean_dir).is_dir():
-        raise ClearsightError(f"clean folder not found: {clean_dir}")
-    files = list_images(clean_dir)
-    if not files:
-        raise ClearsightError(f"no images in {clean_dir}")
-    (out / "rain").mkdir(parents=True, exist_ok=True)
-    (out / "clean").mkdir(parents=True, exist_ok=True)
+    files = synth_sources(clean_dir, out, per_image, "rain")
     jobs = [(f, out, per_image, seed, preset, max_pixels) for f in files]
     n = 0
     if workers:

@@ -1,0 +1,48 @@
+"""What the pair synthesizers (rain, moiré) share: seeding, the source list, 8-bit input."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from clearsight.errors import ClearsightError
+
+
+def pair_seed(seed: int, name: str, k: int) -> np.random.Generator:
+    """The generator for copy `k` of the image called `name`: independent of file order."""
+    return np.random.default_rng([seed, zlib.crc32(name.encode("utf-8")), k])
+
+
+@dataclass(frozen=True)
+class SynthReport:
+    pairs: int
+    out: Path
+
+
+def synth_sources(clean_dir: Path, out: Path, per_image: int, degraded: str) -> list[Path]:
+    """The clean images to synthesise from; creates OUT/<degraded> and OUT/clean."""
+    from clearsight.io import list_images
+
+    if per_image < 1:
+        raise ClearsightError(f"--per-image must be >= 1, got {per_image}")
+    if not Path(clean_dir).is_dir():
+        raise ClearsightError(f"clean folder not found: {clean_dir}")
+    files = list_images(clean_dir)
+    if not files:
+        raise ClearsightError(f"no images in {clean_dir}")
+    (out / degraded).mkdir(parents=True, exist_ok=True)
+    (out / "clean").mkdir(parents=True, exist_ok=True)
+    return files
+
+
+def read_as_uint8(path: Path, max_pixels: int | None) -> np.ndarray:
+    """The image at `path` as 8-bit RGB (16-bit sources are synthesised at 8 bits)."""
+    from clearsight.io import read_image
+
+    img = read_image(path, max_pixels=max_pixels)
+    if img.dtype != np.uint8:
+        img = np.clip(np.rint(img.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
+    return img
