@@ -7,6 +7,8 @@ Tiny randomly initialised models (8 channels) on tiny images.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from PIL import Image
@@ -304,10 +306,19 @@ def test_cli_eval_prints_the_mean_stages_used(tmp_path) -> None:
         Image.fromarray(random_image(12, 16, seed=i)).save(tmp_path / "d" / "rain" / f"{i}.png")
         Image.fromarray(random_image(12, 16, seed=9)).save(tmp_path / "d" / "clean" / f"{i}.png")
     base = ["eval", "--model", "rescan-conv", "--data", str(tmp_path / "d"), "--preset", "rgb"]
-    res = runner.invoke(app, [*base, "--stages", "auto", "--stage-threshold", "1e9"])
+    out = tmp_path / "e"
+    res = runner.invoke(
+        app, [*base, "--stages", "auto", "--stage-threshold", "1e9", "--out", str(out)]
+    )
     assert res.exit_code == 0, res.output
     flat = _flat(res.output)
     assert "stages (auto, 1e+09) used" in flat and "2.00" in flat
+    # and the files record them: a stages column per image, their statistics in the summary
+    rows = (out / "per_image.csv").read_text().splitlines()
+    assert rows[0].endswith(",stages") and all(r.endswith(",2") for r in rows[1:])
+    assert json.loads((out / "summary.json").read_text())["stages"]["mean"] == 2.0
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "all")])
+    assert "stages" not in (tmp_path / "all" / "per_image.csv").read_text()
     res = runner.invoke(app, [*base, "--stages", "banana"])
     assert res.exit_code == 1 and "--stages" in res.output
 

@@ -31,6 +31,8 @@ class ImageResult:
     name: str
     metrics: dict[str, float]
     latency_ms: float
+    stages: float | None = None
+    """Stages a multi-stage model used (with --stages other than all), else None."""
 
 
 @dataclass
@@ -76,18 +78,31 @@ class EvalResult:
             out[m] = stats([r.metrics[m] for r in self.images])
         lat = [r.latency_ms for r in self.images]
         out["latency_ms"] = {"mean": statistics.fmean(lat), "median": statistics.median(lat)}
+        if self.has_stages:
+            out["stages"] = stats([float(r.stages or 0.0) for r in self.images])
         ranked = sorted(self.images, key=lambda r: r.metrics.get("psnr", 0.0))
         out["worst"] = [r.name for r in ranked[:worst_k]]
         out["best"] = [r.name for r in reversed(ranked[-worst_k:])]
         return out
 
+    @property
+    def has_stages(self) -> bool:
+        return any(r.stages is not None for r in self.images)
+
     def per_image_csv(self) -> str:
         buf = _stdio.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(["name", *self.metric_names, "latency_ms"])
+        extra = ["stages"] if self.has_stages else []
+        writer.writerow(["name", *self.metric_names, "latency_ms", *extra])
         for r in self.images:
+            stages = [f"{r.stages:g}" if r.stages is not None else ""] if extra else []
             writer.writerow(
-                [r.name, *(f"{r.metrics[m]:.6f}" for m in self.metric_names), f"{r.latency_ms:.2f}"]
+                [
+                    r.name,
+                    *(f"{r.metrics[m]:.6f}" for m in self.metric_names),
+                    f"{r.latency_ms:.2f}",
+                    *stages,
+                ]
             )
         return buf.getvalue()
 
@@ -146,7 +161,9 @@ def evaluate(
         out, latency = restorer.timed_restore(image_to_tensor(inp))
         out_img = tensor_to_image(out, dtype=np.uint8)
         metrics = preset.compute(out_img, _as_uint8(tgt), ms_ssim=ms_ssim)
-        r = ImageResult(name=pair.name, metrics=metrics, latency_ms=latency)
+        used = restorer.last_stages_used if restorer.options.stages != "all" else None
+        stages = float(used[0]) if used else None
+        r = ImageResult(name=pair.name, metrics=metrics, latency_ms=latency, stages=stages)
         result.images.append(r)
         if save_dir is not None:
             write_image(Path(save_dir) / f"{pair.name}.png", out_img)
