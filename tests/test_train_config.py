@@ -86,3 +86,18 @@ def test_shipped_configs_load() -> None:
     assert official.model.args["unit"] == "GRU"
     smoke = load_config(REPO / "configs" / "rescan-smoke.yaml")
     assert smoke.train.steps == 30
+
+
+def test_bundled_model_recipes_load_and_match_the_shipped_models() -> None:
+    """The configs the bundled models were trained with build the shipped architectures."""
+    from clearsight.zoo import resolve_model
+
+    for cfg_name, model in (
+        ("default-derain", "default-derain"),
+        ("default-demoire", "default-demoire"),
+    ):
+        cfg = load_config(REPO / "configs" / f"{cfg_name}.yaml", ["data.train=SOMEWHERE"])
+        shipped = resolve_model(model).config
+        assert cfg.model.arch == shipped.architecture
+        assert shipped.provenance["training_config"]["model"]["args"] == cfg.model.args
+        assert shipped.provenance["training_config"]["loss"] == cfg.loss.__dict__
