@@ -26,6 +26,7 @@ from clearsight.engine.inference import (
 from clearsight.errors import ClearsightError
 from clearsight.models.rescan import DEFAULT_STAGE_THRESHOLD, RESCAN
 from tests.helpers import TinyConvNet, loaded, random_image
+from tests.test_rescan import _lively
 
 runner = CliRunner()
 HUGE = 1e9
@@ -38,19 +39,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def _lively(model: RESCAN, seed: int = 0) -> RESCAN:
-    """He-scaled weights and visible biases, so that every stage moves the output."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
-            else:
-                fan_in = p[0].numel()
-                p.copy_(torch.randn(p.shape, generator=g) * (2.0 / fan_in) ** 0.5)
-    return model.eval()
 
 
 def _model(unit: str = "GRU", mode: str = "full", stages: int = 4) -> RESCAN:
