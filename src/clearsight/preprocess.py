@@ -6,12 +6,15 @@ normalisation and padding from here; none of them re-declares it (DESIGN.md 2.2)
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import torch
 
 from clearsight.errors import ArtifactError
+
+__all__ = ["PreprocessSpec", "downscale_to_pixels", "pad_to_multiple", "resize_antialiased"]
 
 ColorOrder = Literal["RGB", "BGR"]
 ResizePolicy = Literal["none", "fixed"]
@@ -87,3 +90,34 @@ class PreprocessSpec:
         if self.color_order == "BGR":
             x = x.flip(1)
         return x
+
+
+def pad_to_multiple(x: torch.Tensor, m: int) -> torch.Tensor:
+    """Pad [...,H,W] bottom/right to multiples of `m`: reflect, or replicate where the image
+    is too small to reflect. Callers crop the output back to H x W."""
+    h, w = x.shape[-2:]
+    ph, pw = (-h) % m, (-w) % m
+    if ph or pw:
+        mode = "reflect" if ph < h and pw < w else "replicate"
+        x = torch.nn.functional.pad(x, (0, pw, 0, ph), mode=mode)
+    return x
+
+
+def resize_antialiased(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """[...,H,W] resized to `size` by antialiased bicubic interpolation (a no-op if equal)."""
+    if tuple(x.shape[-2:]) == tuple(size):
+        return x
+    return torch.nn.functional.interpolate(
+        x, size=size, mode="bicubic", antialias=True, align_corners=False
+    )
+
+
+def downscale_to_pixels(x: torch.Tensor, max_pixels: int | None, multiple: int) -> torch.Tensor:
+    """`x` unchanged within `max_pixels` pixels (None: no limit), else downscaled to about
+    that budget with its aspect kept and each side at least `multiple`: how whole-image
+    statistics of a large image are computed cheaply."""
+    h, w = x.shape[-2:]
+    if max_pixels is None or h * w <= max_pixels:
+        return x
+    s = math.sqrt(max_pixels / (h * w))
+    return resize_antialiased(x, (max(multiple, round(h * s)), max(multiple, round(w * s))))

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 
 from clearsight.artifact import LoadedModel
 from clearsight.engine.tiling import Progress, tiled_apply
 from clearsight.errors import ClearsightError
 from clearsight.models.rescan import DEFAULT_STAGE_THRESHOLD
+from clearsight.preprocess import pad_to_multiple, resize_antialiased
 
 Ensemble = Literal["none", "flip", "x8"]
 DEFAULT_TILE = 128  # fastest and leanest for RESCAN on 2 cores (benchmarks/restore_speed.py)
@@ -144,12 +144,6 @@ def parse_scales(text: str) -> tuple[float, ...]:
     return validate_scales(values)
 
 
-def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    if tuple(x.shape[-2:]) == size:
-        return x
-    return F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
-
-
 class Restorer:
     """Run a restoration model on [B,3,H,W] RGB tensors in [0,1]."""
 
@@ -161,7 +155,8 @@ class Restorer:
             raise ValueError(f"unknown ensemble {self.options.ensemble!r}; known: {known}")
         self.scales = validate_scales(self.options.scales)
         self.model = loaded.model.eval().to(self.options.device)
-        if getattr(self.model, "channels_last", False) and self.model_device().type == "cpu":
+        cpu = torch.device(self.options.device).type == "cpu"
+        if getattr(self.model, "channels_last", False) and cpu:
             # oneDNN's convolutions run faster on NHWC weights (MBCNN at 1024x1024: 1.3x);
             # the values are unchanged and outputs come back in the default layout
             self.model.to(memory_format=torch.channels_last)
@@ -176,10 +171,6 @@ class Restorer:
         """Stages each image of the last `restore` used (batch order), for a multi-stage
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
-
-    def model_device(self) -> torch.device:
-        p = next(self.model.parameters(), None)
-        return p.device if p is not None else torch.device(self.options.device)
 
     def _check_stages(self) -> dict[str, Any]:
         """Validate the stage options; the keyword arguments for the model's calls."""
@@ -233,13 +224,8 @@ class Restorer:
         return y
 
     def _padded_forward(self, x: torch.Tensor) -> torch.Tensor:
-        m = self.pad_multiple
         h, w = x.shape[-2:]
-        ph, pw = (-h) % m, (-w) % m
-        if ph or pw:
-            mode = "reflect" if ph < h and pw < w else "replicate"
-            x = F.pad(x, (0, pw, 0, ph), mode=mode)
-        y = self._forward(x)
+        y = self._forward(pad_to_multiple(x, self.pad_multiple))
         return y[..., :h, :w]
 
     def _tile_size(self, h: int, w: int) -> int | None:
@@ -267,11 +253,7 @@ class Restorer:
         if callable(own):
             # the model's own tiled path (exact, or sharing whole-image statistics); padded
             # to the multiple like the untiled path, then cropped back
-            m = self.pad_multiple
-            ph, pw = (-h) % m, (-w) % m
-            if ph or pw:
-                mode = "reflect" if ph < h and pw < w else "replicate"
-                x = F.pad(x, (0, pw, 0, ph), mode=mode)
+            x = pad_to_multiple(x, self.pad_multiple)
             y = own(x, tile=tile, progress=progress, **self._stage_kwargs)
             self._record_stages()
             return y[..., :h, :w]
@@ -309,8 +291,8 @@ class Restorer:
                 xs = x
             else:
                 hs, ws = max(1, round(size[0] * scale)), max(1, round(size[1] * scale))
-                xs = _resize(x, (hs, ws))
-            y = _resize(inv(self._one_view(fwd(xs), view_progress)), size)
+                xs = resize_antialiased(x, (hs, ws))
+            y = resize_antialiased(inv(self._one_view(fwd(xs), view_progress)), size)
             acc = y if acc is None else acc + y
         assert acc is not None
         self.last_stages_used = self._stages_per_image(int(x.shape[0]))

@@ -39,7 +39,6 @@ untiled, with an `UntiledWarning`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from collections.abc import Callable
@@ -48,11 +47,11 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from clearsight.artifact import LoadedModel, ModelConfig
 from clearsight.errors import ArtifactError, ClearsightError
+from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
 
 CONFIG_KEY = "clearsight_config"
 EXPORT_KEY = "clearsight_export"
@@ -164,17 +163,6 @@ def _shrink_arena() -> Any:
     return opts
 
 
-def pad_to_multiple(x: torch.Tensor, m: int) -> torch.Tensor:
-    """Pad bottom/right to a multiple of `m` like the models' own `restore` (reflect, or
-    replicate where the image is too small to reflect)."""
-    h, w = x.shape[-2:]
-    ph, pw = (-h) % m, (-w) % m
-    if ph or pw:
-        mode = "reflect" if ph < h and pw < w else "replicate"
-        x = F.pad(x, (0, pw, 0, ph), mode=mode)
-    return x
-
-
 class OrtModel(nn.Module):
     """An exported model run by ONNX Runtime, shaped like a clearsight model for `Restorer`.
 
@@ -257,12 +245,7 @@ class OrtModel(nn.Module):
         downscale to `max_pixels` when it is larger (-1: `stats_pixels`; None: never)."""
         assert self.shared_stats is not None
         budget = self.stats_pixels if max_pixels == -1 else max_pixels
-        h, w = x.shape[-2:]
-        if budget is not None and h * w > budget:
-            s = math.sqrt(budget / (h * w))
-            m = self.pad_multiple
-            size = (max(m, round(h * s)), max(m, round(w * s)))
-            x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
+        x = downscale_to_pixels(x, budget, self.pad_multiple)
         x = pad_to_multiple(x, self.pad_multiple)
         session = self._session("stats")
         feeds = {self.input_name: self._array(x)}

@@ -50,10 +50,10 @@ from clearsight.engine.ort_backend import (
     STATS_INPUT,
     OrtModel,
     make_session,
-    pad_to_multiple,
     read_onnx_metadata,
 )
 from clearsight.errors import ClearsightError
+from clearsight.preprocess import pad_to_multiple
 
 FORMATS = ("onnx",)
 OPSET = 17

@@ -45,6 +45,7 @@ from torch import nn
 
 from clearsight.errors import ClearsightError
 from clearsight.models.registry import register_model
+from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
 
 DCT_SIZE = 8
 BANDPASS_CHANNELS = DCT_SIZE * DCT_SIZE  # the conv that feeds the bandpass has 64 outputs
@@ -296,20 +297,11 @@ class MBCNN(nn.Module):
         return [out4, out2, out1]
 
     # -- inference --------------------------------------------------------------------------
-    @staticmethod
-    def _pad(x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[-2:]
-        ph, pw = (-h) % PAD_MULTIPLE, (-w) % PAD_MULTIPLE
-        if ph or pw:
-            mode = "reflect" if ph < h and pw < w else "replicate"
-            x = F.pad(x, (0, pw, 0, ph), mode=mode)
-        return x
-
     @torch.no_grad()
     def restore(self, x: torch.Tensor) -> torch.Tensor:
         """Full-resolution restored image, any H and W (padded to 8 and cropped back)."""
         h, w = x.shape[-2:]
-        y = self(self._pad(x))[-1]
+        y = self(pad_to_multiple(x, PAD_MULTIPLE))[-1]
         return y[..., :h, :w].contiguous()
 
     @contextlib.contextmanager
@@ -337,11 +329,7 @@ class MBCNN(nn.Module):
         Computed by one untiled forward on the image itself when it has at most `max_pixels`
         pixels (None: always), else on an antialiased bicubic downscale to that budget.
         """
-        h, w = x.shape[-2:]
-        if max_pixels is not None and h * w > max_pixels:
-            s = math.sqrt(max_pixels / (h * w))
-            size = (max(PAD_MULTIPLE, round(h * s)), max(PAD_MULTIPLE, round(w * s)))
-            x = F.interpolate(x, size=size, mode="bicubic", antialias=True, align_corners=False)
+        x = downscale_to_pixels(x, max_pixels, PAD_MULTIPLE)
         blocks = self.global_blocks()
         records: list[list[torch.Tensor]] = [[] for _ in blocks]
         try:
