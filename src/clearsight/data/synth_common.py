@@ -22,6 +22,16 @@ class SynthReport:
     out: Path
 
 
+def check_clean(clean: np.ndarray, what: str) -> tuple[int, int]:
+    """(H, W) of a clean HxWx3 uint8 RGB image of at least 8x8; ValueError otherwise."""
+    if clean.ndim != 3 or clean.shape[2] != 3 or clean.dtype != np.uint8:
+        raise ValueError(f"expected an HxWx3 uint8 RGB image, got {clean.shape} {clean.dtype}")
+    h, w, _ = clean.shape
+    if h < 8 or w < 8:
+        raise ValueError(f"image too small for {what} synthesis: {w}x{h} (need 8x8 or more)")
+    return h, w
+
+
 def synth_sources(clean_dir: Path, out: Path, per_image: int, degraded: str) -> list[Path]:
     """The clean images to synthesise from; creates OUT/<degraded> and OUT/clean."""
     from clearsight.io import list_images

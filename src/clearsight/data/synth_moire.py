@@ -30,7 +30,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from clearsight.data.synth_common import SynthReport, pair_seed, read_as_uint8, synth_sources
+from clearsight.data.synth_common import (
+    SynthReport,
+    check_clean,
+    pair_seed,
+    read_as_uint8,
+    synth_sources,
+)
 
 __all__ = ["MoireConfig", "SynthReport", "pair_seed", "synth_moire_folder", "synthesize_moire"]
 
@@ -136,11 +142,7 @@ def synthesize_moire(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(moiré, target): two HxWx3 uint8 RGB images aligned with the uint8 RGB `clean`."""
     cfg = cfg or MoireConfig()
-    if clean.ndim != 3 or clean.shape[2] != 3 or clean.dtype != np.uint8:
-        raise ValueError(f"expected an HxWx3 uint8 RGB image, got {clean.shape} {clean.dtype}")
-    h, w, _ = clean.shape
-    if h < 8 or w < 8:
-        raise ValueError(f"image too small for moiré synthesis: {w}x{h} (need 8x8 or more)")
+    h, w = check_clean(clean, "moiré")
     src = clean.astype(np.float32) / 255.0
     # draw every random number up front, in a fixed order
     hm = _homography(h, w, cfg, rng)

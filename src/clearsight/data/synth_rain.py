@@ -24,6 +24,7 @@ whatever the file order or the number of worker processes.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +33,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from clearsight.data.synth_common import SynthReport, pair_seed, read_as_uint8, synth_sources
+from clearsight.data.synth_common import (
+    SynthReport,
+    check_clean,
+    pair_seed,
+    read_as_uint8,
+    synth_sources,
+)
 
 PRESETS = ("light", "heavy", "mixed")
 MIXED_LIGHT_FRACTION = 2 / 3
@@ -123,11 +130,7 @@ def _depth_proxy(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
 
 def synthesize_rain(clean: np.ndarray, rng: np.random.Generator, cfg: RainConfig) -> np.ndarray:
     """The rainy HxWx3 uint8 RGB image for the uint8 RGB `clean` (which is not modified)."""
-    if clean.ndim != 3 or clean.shape[2] != 3 or clean.dtype != np.uint8:
-        raise ValueError(f"expected an HxWx3 uint8 RGB image, got {clean.shape} {clean.dtype}")
-    h, w, _ = clean.shape
-    if h < 8 or w < 8:
-        raise ValueError(f"image too small for rain synthesis: {w}x{h} (need 8x8 or more)")
+    h, w = check_clean(clean, "rain")
     img = clean.astype(np.float32) / 255.0
     dominant = float(rng.uniform(-cfg.angle_range, cfg.angle_range))
     n_layers = int(rng.integers(cfg.layers[0], cfg.layers[1] + 1))
@@ -206,17 +209,10 @@ def synth_rain_folder(
     files = synth_sources(clean_dir, out, per_image, "rain")
     jobs = [(f, out, per_image, seed, preset, max_pixels) for f in files]
     n = 0
-    if workers:
-        with ProcessPoolExecutor(workers) as pool:
-            results = pool.map(_one_file, jobs)
-            for written in results:
-                for p in written:
-                    n += 1
-                    if on_pair is not None:
-                        on_pair(p)
-    else:
-        for job in jobs:
-            for p in _one_file(job):
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(ProcessPoolExecutor(workers)) if workers else None
+        for written in pool.map(_one_file, jobs) if pool else map(_one_file, jobs):
+            for p in written:
                 n += 1
                 if on_pair is not None:
                     on_pair(p)
