@@ -90,18 +90,15 @@ def test_eval_reaches_the_bundled_derain_model_by_name(shared_data, tmp_path):
         (tmp_path / "d" / sub).mkdir(parents=True)
         for n in ("001", "002"):
             (tmp_path / "d" / sub / f"{n}.png").symlink_to(src / sub / f"{n}.png")
-    res = runner.invoke(
-        app,
-        ["eval", "--model", "default-derain", "--data", str(tmp_path / "d"), "--preset",
-         "y-matlab", "--out", str(tmp_path / "e")],
-    )  # fmt: skip
-    assert res.exit_code == 0, res.output
-    base = runner.invoke(
-        app,
-        ["eval", "--model", "identity", "--data", str(tmp_path / "d"), "--preset", "y-matlab",
-         "--out", str(tmp_path / "i")],
-    )  # fmt: skip
-    assert base.exit_code == 0, base.output
-    ours = json.loads((tmp_path / "e" / "summary.json").read_text())["psnr"]["mean"]
-    inputs = json.loads((tmp_path / "i" / "summary.json").read_text())["psnr"]["mean"]
+    means = {}
+    for model in ("default-derain", "identity"):
+        out = tmp_path / model
+        res = runner.invoke(
+            app,
+            ["eval", "--model", model, "--data", str(tmp_path / "d"), "--preset", "y-matlab",
+             "--out", str(out)],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        means[model] = json.loads((out / "summary.json").read_text())["psnr"]["mean"]
+    ours, inputs = means["default-derain"], means["identity"]
     assert ours > inputs + 0.5

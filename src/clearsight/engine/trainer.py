@@ -192,9 +192,8 @@ def _init_from(model: nn.Module, cfg: TrainConfig) -> None:
 
     init = str(cfg.model.init)
     loaded = resolve_model(init)
-    want = (cfg.model.arch, build_model(cfg.model.arch, **cfg.model.args).state_dict().keys())
-    got = (loaded.config.architecture, loaded.model.state_dict().keys())
-    if want[0] != got[0] or list(want[1]) != list(got[1]):
+    same_keys = list(model.state_dict()) == list(loaded.model.state_dict())
+    if loaded.config.architecture != cfg.model.arch or not same_keys:
         raise TrainConfigError(
             f"model.init: {init} is a {loaded.config.architecture!r} with arguments "
             f"{loaded.config.arch_args}; it does not fit model.arch {cfg.model.arch!r} with "
