@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 import yaml
 
-from clearsight.engine.checkpoint import PAUSE_ENV, load_checkpoint
+from clearsight.engine.checkpoint import PAUSE_ENV, CheckpointError, load_checkpoint
 from clearsight.engine.trainer import train
 from tests.train_utils import make_pairs, tiny_config, tiny_raw
 
@@ -27,6 +27,23 @@ def _run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[
     )
 
 
+def _saving(run: Path) -> bool:
+    for p in run.glob(".checkpoint.*.tmp.pt"):
+        try:
+            if p.stat().st_size > 0:
+                return True
+        except FileNotFoundError:  # renamed away between glob and stat
+            continue
+    return False
+
+
+def _saved_step(run: Path) -> int | None:
+    try:
+        return int(load_checkpoint(run)["step"])
+    except CheckpointError:  # none yet
+        return None
+
+
 def test_kill_during_save_keeps_previous_checkpoint_and_resumes(tmp_path: Path) -> None:
     data = make_pairs(tmp_path / "data")
     cfg_path = tmp_path / "tiny.yaml"
@@ -36,11 +53,12 @@ def test_kill_during_save_keeps_previous_checkpoint_and_resumes(tmp_path: Path) 
     proc = _run_cli(str(cfg_path), "--run-dir", str(run), env={PAUSE_ENV: "3:120"})
     try:
         deadline = time.monotonic() + 90
-        while not [p for p in run.glob(".checkpoint.*.tmp.pt") if p.stat().st_size > 0]:
+        # The earlier saves' temporary files also show for an instant, so wait for the state
+        # the third save holds for 120 s: its temporary file beside the step-4 checkpoint.
+        while not (_saving(run) and _saved_step(run) == 4):
             assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "the save never started"
+            assert time.monotonic() < deadline, "the third save never started"
             time.sleep(0.1)
-        assert load_checkpoint(run)["step"] == 4
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
