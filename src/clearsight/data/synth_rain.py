@@ -143,6 +143,13 @@ def _depth_proxy(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
     return np.clip(0.75 * y + 0.25 * wobble, 0.0, 1.0)
 
 
+def _blend(base: np.ndarray, streaks: np.ndarray, mode: str) -> np.ndarray:
+    """Streaks over a base (0-1 floats): added, or screen-blended `1 - (1 - B)(1 - R)`."""
+    if mode == "add":
+        return base + streaks
+    return 1.0 - (1.0 - base) * (1.0 - streaks)
+
+
 def synthesize_rain(clean: np.ndarray, rng: np.random.Generator, cfg: RainConfig) -> np.ndarray:
     """The rainy HxWx3 uint8 RGB image for the uint8 RGB `clean` (which is not modified)."""
     h, w = check_clean(clean, "rain")
@@ -157,11 +164,8 @@ def synthesize_rain(clean: np.ndarray, rng: np.random.Generator, cfg: RainConfig
             brightness=_u(rng, cfg.brightness),
             angle=dominant + float(rng.uniform(-cfg.jitter, cfg.jitter)),
         )  # fmt: skip
-        rain = rain + layer if cfg.blend == "add" else 1.0 - (1.0 - rain) * (1.0 - layer)
-    if cfg.blend == "add":
-        out = img + rain[..., None]
-    else:
-        out = 1.0 - (1.0 - img) * (1.0 - rain[..., None])
+        rain = _blend(rain, layer, cfg.blend)
+    out = _blend(img, rain[..., None], cfg.blend)
     if cfg.haze[1] > 0:
         beta, veil = _u(rng, cfg.haze), _u(rng, cfg.veil)
         t = np.exp(-beta * _depth_proxy(h, w, rng))[..., None]
