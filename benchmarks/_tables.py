@@ -1,6 +1,25 @@
-"""The benchmark scripts' table printer: rich when installed, aligned plain text otherwise."""
+"""What the benchmark scripts share: a median timer and a table printer (rich when installed,
+aligned plain text otherwise)."""
 
 from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def median_time(fn: Callable[[], T], runs: int) -> tuple[float, T]:
+    """Median seconds of `runs` calls after one untimed warm-up, and the last call's result."""
+    out = fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
 
 
 def print_table(title: str, header: list[str], rows: list[list[str]]) -> None:

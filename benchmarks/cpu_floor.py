@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,20 +35,10 @@ from clearsight.models.registry import build_model
 from clearsight.profile import count_macs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _tables import print_table  # noqa: E402 - beside this script
+from _tables import median_time, print_table  # noqa: E402 - beside this script
 
 QUOTED_PEAK_GFLOPS = 460.0  # DESIGN.md section 4, the figure issue 7's targets came from
 TARGETS_S = {"rescan": 3.0, "mbcnn": 6.0, "mbcnn-light": 6.0}
-
-
-def median_seconds(fn: Callable[[], object], runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def isa_flags() -> str:
@@ -100,7 +87,7 @@ def main() -> None:
     kernels: list[tuple[str, float]] = []  # (name, GFLOP/s)
     for n in (2048, 4096):
         a, b = torch.randn(n, n), torch.randn(n, n)
-        t = median_seconds(partial(torch.mm, a, b), args.runs)
+        t, _ = median_time(partial(torch.mm, a, b), args.runs)
         kernels.append((f"matmul {n}", 2 * n**3 / t / 1e9))
     s = args.size
     for cin, cout, dil in ((24, 72, 1), (24, 72, 4), (64, 64, 1)):
@@ -108,11 +95,11 @@ def main() -> None:
         x = torch.randn(1, cin, s, s).to(memory_format=torch.channels_last)
         w = torch.randn(cout, cin, 3, 3).to(memory_format=torch.channels_last)
         with torch.no_grad():
-            t = median_seconds(partial(F.conv2d, x, w, padding=dil, dilation=dil), args.runs)
+            t, _ = median_time(partial(F.conv2d, x, w, padding=dil, dilation=dil), args.runs)
         kernels.append((f"conv {cin}->{cout} d{dil} torch", flop / t / 1e9))
         sess = ort_conv_session(cin, cout, dil, args.threads)
         xn = np.random.default_rng(0).standard_normal((1, cin, s, s)).astype(np.float32)
-        t = median_seconds(partial(sess.run, None, {"x": xn}), args.runs)
+        t, _ = median_time(partial(sess.run, None, {"x": xn}), args.runs)
         kernels.append((f"conv {cin}->{cout} d{dil} onnxruntime", flop / t / 1e9))
     best = max(g for _, g in kernels)
     print_table(

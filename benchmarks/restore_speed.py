@@ -23,17 +23,18 @@ import json
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import time
 import warnings
+from functools import partial
 
 import torch
 
 from clearsight.models.rescan import RESCAN
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tables import median_time  # noqa: E402 - beside this script
 from _tables import print_table as _table  # noqa: E402 - beside this script
 
 OFFICIAL_S = {512: 2.85, 1024: 26.1}  # official code, fp32, 2 threads, this CPU
@@ -77,13 +78,7 @@ def _run(model: RESCAN, x: torch.Tensor, path: str, tile: int) -> torch.Tensor:
 def _time(
     model: RESCAN, x: torch.Tensor, path: str, tile: int, runs: int
 ) -> tuple[float, torch.Tensor]:
-    y = _run(model, x, path, tile)  # warm-up
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        y = _run(model, x, path, tile)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), y
+    return median_time(partial(_run, model, x, path, tile), runs)
 
 
 def _restorer(arch: str):  # noqa: ANN202 - keeps clearsight imports out of the module top
@@ -219,13 +214,7 @@ def main() -> None:
             restorer = _restorer(arch)
             for size in args.mbcnn_sizes:
                 x = _image(size)
-                restorer.restore(x)  # warm-up
-                times = []
-                for _ in range(args.runs):
-                    t0 = time.perf_counter()
-                    restorer.restore(x)
-                    times.append(time.perf_counter() - t0)
-                t = statistics.median(times)
+                t, _ = median_time(partial(restorer.restore, x), args.runs)
                 ref = PUBLIC_MBCNN_1024_S if (arch == "mbcnn" and size == 1024) else None
                 mb_rows.append(
                     [arch, f"{size}x{size}", f"{t:.2f}", f"{ref / t:.1f}x" if ref else "-"]
