@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,9 +45,10 @@ from pathlib import Path
 
 import torch
 
+from clearsight.errors import ClearsightError
 from clearsight.export.onnx import stats_layout
 from clearsight.models.registry import list_specs
-from clearsight.profile import count_macs, measure_in_subprocess, time_restorer
+from clearsight.profile import count_macs, measure_in_subprocess, run_json_worker, time_restorer
 from clearsight.zoo import resolve_model
 
 TARGETS = {"rescan": (3.0, 1024.0), "mbcnn": (6.0, 3072.0), "mbcnn-light": (6.0, 3072.0)}
@@ -93,16 +93,11 @@ def measure_tiled(
             "threads": threads,
             "stats_pixels": stats_pixels,
         }
-        proc = subprocess.run(
-            [sys.executable, __file__, "--tiled-worker", json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SystemExit(f"tiled worker ({name}) failed: {tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        argv = [sys.executable, __file__, "--tiled-worker", json.dumps(spec)]
+        try:
+            return run_json_worker(argv, f"tiled worker ({name})")
+        except ClearsightError as exc:
+            raise SystemExit(str(exc)) from None
 
 
 def compare_session_options(name: str, size: int, runs: int, threads: int) -> None:

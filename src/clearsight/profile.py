@@ -218,15 +218,17 @@ def measure_in_subprocess(
             "tile": tile,
             "threads": threads or torch.get_num_threads(),
         }
-        proc = subprocess.run(
-            [sys.executable, "-m", "clearsight.profile", "--worker", json.dumps(args)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        argv = [sys.executable, "-m", "clearsight.profile", "--worker", json.dumps(args)]
+        return run_json_worker(argv, f"profile worker ({backend})")
+
+
+def run_json_worker(argv: list[str], label: str) -> Any:
+    """Run a measuring subprocess and return the JSON on the last line of its output; a
+    failure is a one-line error with `label` and the last line of its stderr."""
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ClearsightError(f"profile worker ({backend}) failed: {tail}")
+        raise ClearsightError(f"{label} failed: {tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
