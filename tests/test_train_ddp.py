@@ -63,3 +63,68 @@ def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
     # written by rank 0 only: one log line per log step
     steps = [line for line in (run / "train_log.jsonl").read_text().splitlines() if "loss" in line]
     assert len(steps) == 2
+
+
+class _RankClock:
+    """A fake `time.perf_counter` that runs at a different pace on each rank."""
+
+    def __init__(self, tick: float) -> None:
+        self.t, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.t += self.tick
+        return self.t
+
+
+def _budget_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
+    from clearsight.engine import trainer
+
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    # rank 1 seems 1.5x slower: left alone, each rank would cut its own step count (or hit
+    # the hard stop at its own step) and the other would wait forever in all_reduce
+    trainer.time.perf_counter = _RankClock(1.0 if rank == 0 else 1.5)  # type: ignore[method-assign]
+    trainer.TIMING_STEPS = 2
+    cfg = tiny_config(
+        Path(data),
+        train={"steps": 1000, "max_minutes": 0.5, "val_every": 1000, "device": "cpu"},
+    )
+    res = train(cfg, Path(out) / "run", progress=False)
+    assert res.model is not None
+    state = {k: v.clone() for k, v in res.model.state_dict().items()}
+    torch.save({"state": state, "steps": res.steps}, Path(out) / f"rank{rank}.pt")
+
+
+def _run_two(tmp_path: Path, worker: object, seconds: int = 120) -> bool:
+    data = make_pairs(tmp_path / "data")
+    ctx = mp.start_processes(
+        worker,
+        args=(2, _free_port(), str(data), str(tmp_path)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    for _ in range(seconds):
+        try:
+            if ctx.join(timeout=1):
+                return True
+        except mp.ProcessException:
+            break
+    for p in ctx.processes:
+        p.kill()
+    return False
+
+
+def test_a_time_budget_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    assert _run_two(tmp_path, _budget_worker), "ranks disagreed on the time budget (hang)"
+    a = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    b = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    assert 2 < a["steps"] == b["steps"] < 1000
+    for key, value in a["state"].items():
+        assert torch.equal(value, b["state"][key]), key

@@ -438,8 +438,9 @@ class _Run:
             if budget_s > 0:
                 elapsed = time.perf_counter() - t0
                 if self.step - s0 == TIMING_STEPS:
-                    self.fit_budget(elapsed / TIMING_STEPS, budget_s - elapsed, bar)
-                elif elapsed >= budget_s and self.step < t.steps:
+                    step_s, left_s = self.agree(elapsed / TIMING_STEPS, budget_s - elapsed)
+                    self.fit_budget(step_s, left_s, bar)
+                elif self.agree(float(elapsed >= budget_s))[0] and self.step < t.steps:
                     bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
                     self.cfg.train.steps = self.step
             if math.isnan(loss):
@@ -495,6 +496,16 @@ class _Run:
         if self.overfit and res.first_loss is not None and res.last_loss is not None:
             res.overfit_ok = res.last_loss <= OVERFIT_MARGIN * res.first_loss
         return res
+
+    def agree(self, *values: float) -> tuple[float, ...]:
+        """Rank 0's values on every rank. Each rank reads its own clock, so a decision taken
+        from time (cut the steps, stop now) must be one decision, or the ranks stop at
+        different steps and the collectives of the one still training never complete."""
+        if self.d.world <= 1:
+            return values
+        vec = torch.tensor(values, dtype=torch.float64, device=self.d.device)  # NCCL: on GPU
+        dist.broadcast(vec, src=0)
+        return tuple(vec.tolist())
 
     def fit_budget(self, step_s: float, left_s: float, bar: Any) -> None:
         """Cut `train.steps` (and multistep milestones) to what fits in `left_s` seconds."""
