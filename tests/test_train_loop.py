@@ -178,6 +178,35 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     assert (tmp_path / "run" / "last").is_dir()
 
 
+class _SpikyClock(_FakeClock):
+    """A `_FakeClock` whose 4th and 5th calls take 20 s each: a burst of other work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self) -> float:
+        self.calls += 1
+        self.t += 20.0 if self.calls in (4, 5) else 1.0
+        return self.t
+
+
+def test_time_budget_is_not_cut_by_a_burst_of_slow_steps(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # steps cost 2 s but two of the five timed ones took 21 s: their mean (9.4 s) would cut
+    # the 3-minute budget to about 18 steps; the median keeps the ~65 that fit
+    monkeypatch.setattr(trainer.time, "perf_counter", _SpikyClock())
+    monkeypatch.setattr(trainer, "TIMING_STEPS", 5)
+    cfg = tiny_config(
+        data,
+        train={"steps": 1000, "max_minutes": 3.0, "val_every": 1000, "ckpt_every": 1000},
+        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": []},
+    )
+    res = train(cfg, tmp_path / "run", progress=False)
+    assert 40 < res.steps < 80
+
+
 def test_time_budget_hard_stop_still_exports(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

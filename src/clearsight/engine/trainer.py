@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ LOG_FILE = "train_log.jsonl"
 OVERFIT_MARGIN = 0.5
 """--overfit-batch passes when the last loss is at most this fraction of the first."""
 TIMING_STEPS = 100
-"""With train.max_minutes, the step time is measured over this many steps (warm-up included)."""
+"""With train.max_minutes, the step time is the median over this many first steps."""
 TIME_MARGIN = 0.92
 """Share of the remaining budget given to steps; the rest covers validation and exports."""
 
@@ -432,13 +433,22 @@ class _Run:
         window: list[float] = []
         t0, s0 = time.perf_counter(), self.step
         budget_s = t.max_minutes * 60.0
+        durations: list[float] = []
+        t_prev = t0
         while self.step < t.steps:
             loss = self.train_step(fixed)
             self.step += 1
             if budget_s > 0:
-                elapsed = time.perf_counter() - t0
+                now = time.perf_counter()
+                elapsed = now - t0
+                if len(durations) < TIMING_STEPS:
+                    durations.append(now - t_prev)
+                    t_prev = now
                 if self.step - s0 == TIMING_STEPS:
-                    step_s, left_s = self.agree(elapsed / TIMING_STEPS, budget_s - elapsed)
+                    # the median, so that slow first steps (loader start-up, a cache filling)
+                    # or a short burst of other work do not cut the run's steps for good
+                    step_s = statistics.median(durations)
+                    step_s, left_s = self.agree(step_s, budget_s - elapsed)
                     self.fit_budget(step_s, left_s, bar)
                 elif self.agree(float(elapsed >= budget_s))[0] and self.step < t.steps:
                     bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
