@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.multiprocessing as mp
@@ -19,7 +21,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker(rank: int, world: int, port: int, data: str, out: str) -> None:
+def _join(rank: int, world: int, port: int) -> None:
+    """What torchrun sets for one rank; one thread each, as two ranks share the cores."""
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -28,31 +31,44 @@ def _worker(rank: int, world: int, port: int, data: str, out: str) -> None:
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    cfg = tiny_config(Path(data), train={"steps": 4, "ema_decay": 0.5, "device": "cpu"})
-    res = train(cfg, Path(out) / "run", progress=False)
+
+
+def _save_result(res: Any, out: str, rank: int) -> None:
     assert res.model is not None
     state = {k: v.clone() for k, v in res.model.state_dict().items()}
-    torch.save({"state": state, "val": res.val_metrics}, Path(out) / f"rank{rank}.pt")
+    payload = {"state": state, "val": res.val_metrics, "steps": res.steps}
+    torch.save(payload, Path(out) / f"rank{rank}.pt")
 
 
-def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
+def _worker(rank: int, world: int, port: int, data: str, out: str) -> None:
+    _join(rank, world, port)
+    cfg = tiny_config(Path(data), train={"steps": 4, "ema_decay": 0.5, "device": "cpu"})
+    _save_result(train(cfg, Path(out) / "run", progress=False), out, rank)
+
+
+def _run_two(tmp_path: Path, worker: Callable[..., None], seconds: int = 120) -> bool:
+    """Run `worker` as two spawned ranks; False if they fail or outlast `seconds`."""
     data = make_pairs(tmp_path / "data")
     ctx = mp.start_processes(
-        _worker,
+        worker,
         args=(2, _free_port(), str(data), str(tmp_path)),
         nprocs=2,
         join=False,
         start_method="spawn",
     )
-    deadline_ok = False
-    for _ in range(120):
-        if ctx.join(timeout=1):
-            deadline_ok = True
+    for _ in range(seconds):
+        try:
+            if ctx.join(timeout=1):
+                return True
+        except mp.ProcessException:
             break
-    if not deadline_ok:
-        for p in ctx.processes:
-            p.kill()
-    assert deadline_ok, "DDP training did not finish in 120 s"
+    for p in ctx.processes:
+        p.kill()
+    return False
+
+
+def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
+    assert _run_two(tmp_path, _worker), "DDP training failed or did not finish in 120 s"
     a = torch.load(tmp_path / "rank0.pt", weights_only=True)
     b = torch.load(tmp_path / "rank1.pt", weights_only=True)
     for key, value in a["state"].items():
@@ -79,14 +95,7 @@ class _RankClock:
 def _budget_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
     from clearsight.engine import trainer
 
-    os.environ.update(
-        RANK=str(rank),
-        LOCAL_RANK=str(rank),
-        WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-    )
-    torch.set_num_threads(1)
+    _join(rank, world, port)
     # rank 1 seems 1.5x slower: left alone, each rank would cut its own step count (or hit
     # the hard stop at its own step) and the other would wait forever in all_reduce
     trainer.time.perf_counter = _RankClock(1.0 if rank == 0 else 1.5)  # type: ignore[method-assign]
@@ -95,30 +104,7 @@ def _budget_worker(rank: int, world: int, port: int, data: str, out: str) -> Non
         Path(data),
         train={"steps": 1000, "max_minutes": 0.5, "val_every": 1000, "device": "cpu"},
     )
-    res = train(cfg, Path(out) / "run", progress=False)
-    assert res.model is not None
-    state = {k: v.clone() for k, v in res.model.state_dict().items()}
-    torch.save({"state": state, "steps": res.steps}, Path(out) / f"rank{rank}.pt")
-
-
-def _run_two(tmp_path: Path, worker: object, seconds: int = 120) -> bool:
-    data = make_pairs(tmp_path / "data")
-    ctx = mp.start_processes(
-        worker,
-        args=(2, _free_port(), str(data), str(tmp_path)),
-        nprocs=2,
-        join=False,
-        start_method="spawn",
-    )
-    for _ in range(seconds):
-        try:
-            if ctx.join(timeout=1):
-                return True
-        except mp.ProcessException:
-            break
-    for p in ctx.processes:
-        p.kill()
-    return False
+    _save_result(train(cfg, Path(out) / "run", progress=False), out, rank)
 
 
 def test_a_time_budget_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from clearsight.engine import trainer
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.evaluate import evaluate
 from clearsight.engine.inference import Restorer
-from clearsight.engine.trainer import TrainingDivergedError, train
+from clearsight.engine.trainer import TrainingDivergedError, TrainResult, train
 from clearsight.errors import ClearsightError
 from clearsight.losses import build_loss, rescan_loss
 from clearsight.metrics.presets import get_preset
@@ -159,17 +159,29 @@ class _FakeClock:
         return self.t
 
 
+def _budgeted_run(
+    data: Path,
+    run: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    clock: _FakeClock,
+    timing: int,
+    minutes: float,
+) -> TrainResult:
+    """A 1000-step cosine run cut to `minutes` of `clock`, timed over `timing` steps."""
+    monkeypatch.setattr(trainer.time, "perf_counter", clock)
+    monkeypatch.setattr(trainer, "TIMING_STEPS", timing)
+    cfg = tiny_config(
+        data,
+        train={"steps": 1000, "max_minutes": minutes, "val_every": 1000, "ckpt_every": 1000},
+        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": []},
+    )
+    return train(cfg, run, progress=False)
+
+
 def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trainer.time, "perf_counter", _FakeClock())
-    monkeypatch.setattr(trainer, "TIMING_STEPS", 2)
-    cfg = tiny_config(
-        data,
-        train={"steps": 1000, "max_minutes": 0.5, "val_every": 1000, "ckpt_every": 1000},
-        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": []},
-    )
-    res = train(cfg, tmp_path / "run", progress=False)
+    res = _budgeted_run(data, tmp_path / "run", monkeypatch, _FakeClock(), 2, 0.5)
     assert 2 < res.steps < 1000
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert saved["config"]["train"]["steps"] == res.steps  # the cut budget is recorded
@@ -196,14 +208,7 @@ def test_time_budget_is_not_cut_by_a_burst_of_slow_steps(
 ) -> None:
     # steps cost 2 s but two of the five timed ones took 21 s: their mean (9.4 s) would cut
     # the 3-minute budget to about 18 steps; the median keeps the ~65 that fit
-    monkeypatch.setattr(trainer.time, "perf_counter", _SpikyClock())
-    monkeypatch.setattr(trainer, "TIMING_STEPS", 5)
-    cfg = tiny_config(
-        data,
-        train={"steps": 1000, "max_minutes": 3.0, "val_every": 1000, "ckpt_every": 1000},
-        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": []},
-    )
-    res = train(cfg, tmp_path / "run", progress=False)
+    res = _budgeted_run(data, tmp_path / "run", monkeypatch, _SpikyClock(), 5, 3.0)
     assert 40 < res.steps < 80
 
 
