@@ -6,13 +6,12 @@ import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.multiprocessing as mp
 
-from clearsight.engine.trainer import train
-from tests.train_utils import make_pairs, tiny_config
+from clearsight.engine.trainer import TrainResult, train
+from tests.train_utils import FakeClock, make_pairs, tiny_config
 
 
 def _free_port() -> int:
@@ -33,7 +32,7 @@ def _join(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
 
 
-def _save_result(res: Any, out: str, rank: int) -> None:
+def _save_result(res: TrainResult, out: str, rank: int) -> None:
     assert res.model is not None
     state = {k: v.clone() for k, v in res.model.state_dict().items()}
     payload = {"state": state, "val": res.val_metrics, "steps": res.steps}
@@ -81,24 +80,13 @@ def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
     assert len(steps) == 2
 
 
-class _RankClock:
-    """A fake `time.perf_counter` that runs at a different pace on each rank."""
-
-    def __init__(self, tick: float) -> None:
-        self.t, self.tick = 0.0, tick
-
-    def __call__(self) -> float:
-        self.t += self.tick
-        return self.t
-
-
 def _budget_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
     from clearsight.engine import trainer
 
     _join(rank, world, port)
-    # rank 1 seems 1.5x slower: left alone, each rank would cut its own step count (or hit
-    # the hard stop at its own step) and the other would wait forever in all_reduce
-    trainer.time.perf_counter = _RankClock(1.0 if rank == 0 else 1.5)  # type: ignore[method-assign]
+    # rank 1's steps seem 1.5x slower: left alone, each rank would cut its own step count (or
+    # hit the hard stop at its own step) and their collectives would no longer match
+    trainer.time.perf_counter = FakeClock(1.0 if rank == 0 else 1.5)  # type: ignore[method-assign]
     trainer.TIMING_STEPS = 2
     cfg = tiny_config(
         Path(data),

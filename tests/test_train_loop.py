@@ -19,7 +19,7 @@ from clearsight.engine.trainer import TrainingDivergedError, TrainResult, train
 from clearsight.errors import ClearsightError
 from clearsight.losses import build_loss, rescan_loss
 from clearsight.metrics.presets import get_preset
-from tests.train_utils import make_pairs, tiny_config
+from tests.train_utils import FakeClock, make_pairs, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -148,22 +148,11 @@ def test_losses() -> None:
         build_loss("l3")
 
 
-class _FakeClock:
-    """perf_counter that advances one second per call: a training step costs ~1-3 s."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        self.t += 1.0
-        return self.t
-
-
 def _budgeted_run(
     data: Path,
     run: Path,
     monkeypatch: pytest.MonkeyPatch,
-    clock: _FakeClock,
+    clock: FakeClock,
     timing: int,
     minutes: float,
 ) -> TrainResult:
@@ -181,7 +170,7 @@ def _budgeted_run(
 def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    res = _budgeted_run(data, tmp_path / "run", monkeypatch, _FakeClock(), 2, 0.5)
+    res = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 2, 0.5)
     assert 2 < res.steps < 1000
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert saved["config"]["train"]["steps"] == res.steps  # the cut budget is recorded
@@ -190,8 +179,8 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     assert (tmp_path / "run" / "last").is_dir()
 
 
-class _SpikyClock(_FakeClock):
-    """A `_FakeClock` whose 4th and 5th calls take 20 s each: a burst of other work."""
+class _SpikyClock(FakeClock):
+    """A `FakeClock` whose 4th and 5th calls take 20 s each: a burst of other work."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -199,7 +188,7 @@ class _SpikyClock(_FakeClock):
 
     def __call__(self) -> float:
         self.calls += 1
-        self.t += 20.0 if self.calls in (4, 5) else 1.0
+        self.t += 20.0 if self.calls in (4, 5) else self.tick
         return self.t
 
 
@@ -215,7 +204,7 @@ def test_time_budget_is_not_cut_by_a_burst_of_slow_steps(
 def test_time_budget_hard_stop_still_exports(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trainer.time, "perf_counter", _FakeClock())
+    monkeypatch.setattr(trainer.time, "perf_counter", FakeClock())
     monkeypatch.setattr(trainer, "TIMING_STEPS", 10_000)  # never fits: the backstop stops it
     cfg = tiny_config(data, train={"steps": 1000, "max_minutes": 0.1, "val_every": 1000})
     res = train(cfg, tmp_path / "run", progress=False)

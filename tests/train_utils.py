@@ -51,3 +51,15 @@ def tiny_raw(data: Path, **sections: dict[str, Any]) -> dict[str, Any]:
 
 def tiny_config(data: Path, **sections: dict[str, Any]) -> TrainConfig:
     return config_from_dict(tiny_raw(data, **sections))
+
+
+class FakeClock:
+    """A `time.perf_counter` that advances `tick` seconds per call, so that time-budget tests
+    neither wait nor depend on the machine's speed (a training step costs ~1-3 calls)."""
+
+    def __init__(self, tick: float = 1.0) -> None:
+        self.t, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.t += self.tick
+        return self.t
