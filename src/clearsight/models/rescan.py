@@ -33,8 +33,8 @@ Stages = int | str | None  # None or "all": every trained stage; "auto"; or a co
 # "auto": stop once a stage changes the image by less than this (mean absolute change, 0-1).
 # Chosen with the bundled default-derain on Rain100L (a speed knob, not model selection):
 # 6e-3 ran 2.67 stages on average at 28.389 dB against 28.353 with all 4 (phase-1 weights;
-# 1e-3 never stopped early there); the shipped weights run 3.13 stages at 28.821 dB against
-# 28.816 (model card).
+# 1e-3 never stopped early there); the shipped weights run 3.17 stages at 28.921 dB against
+# 28.918 (model card).
 DEFAULT_STAGE_THRESHOLD = 6e-3
 
 
