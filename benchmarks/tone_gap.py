@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from clearsight.data.pairs import find_pairs
+from clearsight.engine.evaluate import ImageResult, evaluate
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.io import image_to_tensor, read_image, tensor_to_image
-from clearsight.metrics import psnr
+from clearsight.metrics import get_preset, psnr
 from clearsight.metrics.tone import mean_level_shift, tone_fitted
 from clearsight.zoo import resolve_model
 
@@ -43,8 +43,8 @@ COLUMNS = [
 ]
 
 
-def measure(restorer: Restorer, inp: np.ndarray, tgt: np.ndarray) -> list[float]:
-    out = tensor_to_image(restorer.restore(image_to_tensor(inp)), dtype=np.uint8)
+def measure(inp: np.ndarray, out: np.ndarray, tgt: np.ndarray) -> list[float]:
+    """The table's columns for one pair of uint8 images and the model's output."""
     fit = [np.rint(tone_fitted(img, tgt)) for img in (inp, out)]
     return [
         psnr(inp, tgt),
@@ -71,10 +71,13 @@ def main() -> None:
     if not pairs:
         sys.exit(f"--first {args.first} --last {args.last}: no pair of {args.data} in that range")
     restorer = Restorer(resolve_model(args.model), InferenceOptions(tile=args.tile))
-    rows = {}
-    for i, pair in enumerate(pairs, 1):
-        rows[pair.name] = measure(restorer, read_image(pair.input), read_image(pair.target))
-        print(f"[{i}/{len(pairs)}] {pair.name}", file=sys.stderr)
+    rows: dict[str, list[float]] = {}
+
+    def on_images(r: ImageResult, inp: np.ndarray, out: np.ndarray, tgt: np.ndarray) -> None:
+        rows[r.name] = measure(inp, out, tgt)
+        print(f"[{len(rows)}/{len(pairs)}] {r.name}", file=sys.stderr)
+
+    evaluate(restorer, pairs, get_preset("rgb"), on_images=on_images)
     mean = np.mean(list(rows.values()), axis=0).tolist()
     print_table(
         f"{args.model} on {len(pairs)} pairs of {args.data} ({args.first}-{args.last}): "
