@@ -160,3 +160,20 @@ def test_resolve_model_by_name_path_and_unknown(tmp_path):
         resolve_model("no-such-model")
     with pytest.raises(UnknownNameError, match="not found"):
         resolve_model(str(tmp_path / "nope.safetensors"))
+
+
+def test_class_map_round_trips_and_is_absent_for_restoration(tmp_path):
+    model = _model()
+    cfg = make_config(model, "rescan", {"channels": 8})
+    save_artifact(model, tmp_path / "plain", cfg)
+    assert "class_ids" not in json.loads((tmp_path / "plain" / CONFIG_FILE).read_text())
+    cfg.class_ids, cfg.class_names = [1, 2, 90], ["person", "bicycle", "toothbrush"]
+    save_artifact(model, tmp_path / "m", cfg)
+    loaded = load_artifact(tmp_path / "m")
+    assert loaded.config.class_ids == [1, 2, 90]
+    assert loaded.config.class_names == ["person", "bicycle", "toothbrush"]
+    data = json.loads((tmp_path / "m" / CONFIG_FILE).read_text())
+    data["class_ids"] = ["1"]
+    (tmp_path / "m" / CONFIG_FILE).write_text(json.dumps(data))
+    with pytest.raises(ArtifactError, match="class_ids must be a list of integers"):
+        load_artifact(tmp_path / "m")

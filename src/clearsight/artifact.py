@@ -49,9 +49,13 @@ class ModelConfig:
     param_count: int = 0
     provenance: dict[str, Any] = field(default_factory=dict)
     name: str | None = None
+    # Detection only: the dataset category id of each contiguous label (index = label), and
+    # the names of those labels, so nothing downstream guesses COCO's sparse ids.
+    class_ids: list[int] | None = None
+    class_names: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "format": FORMAT_NAME,
             "format_version": FORMAT_VERSION,
             "name": self.name,
@@ -64,6 +68,11 @@ class ModelConfig:
             "layer_shapes": self.layer_shapes,
             "provenance": self.provenance,
         }
+        if self.class_ids is not None:
+            d["class_ids"] = list(self.class_ids)
+        if self.class_names is not None:
+            d["class_names"] = list(self.class_names)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "config") -> ModelConfig:
@@ -88,9 +97,27 @@ class ModelConfig:
                 param_count=int(d.get("param_count", 0)),
                 provenance=dict(d.get("provenance") or {}),
                 name=d.get("name"),
+                class_ids=_int_list(d.get("class_ids"), "class_ids", source),
+                class_names=_str_list(d.get("class_names"), "class_names", source),
             )
         except KeyError as exc:
             raise ArtifactError(f"{source}: missing key {exc.args[0]!r}") from None
+
+
+def _int_list(v: Any, key: str, source: str) -> list[int] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(i, int) for i in v):
+        raise ArtifactError(f"{source}: {key} must be a list of integers")
+    return list(v)
+
+
+def _str_list(v: Any, key: str, source: str) -> list[str] | None:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(i, str) for i in v):
+        raise ArtifactError(f"{source}: {key} must be a list of strings")
+    return list(v)
 
 
 @dataclass

@@ -17,7 +17,10 @@ from clearsight.errors import ArtifactError
 __all__ = ["PreprocessSpec", "downscale_to_pixels", "pad_to_multiple", "resize_antialiased"]
 
 ColorOrder = Literal["RGB", "BGR"]
-ResizePolicy = Literal["none", "fixed"]
+# "fixed": stretch to `size`, aspect ignored; "letterbox": scale the long side to `size`, keep the
+# aspect and pad (detection; `extra` may hold "pad_value" and "interpolation").
+ResizePolicy = Literal["none", "fixed", "letterbox"]
+RESIZE_POLICIES = ("none", "fixed", "letterbox")
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,10 @@ class PreprocessSpec:
             raise ArtifactError(
                 f"preprocess color_order must be RGB or BGR, got {kw['color_order']!r}"
             )
-        if kw.get("resize", "none") not in ("none", "fixed"):
+        if kw.get("resize", "none") not in RESIZE_POLICIES:
             raise ArtifactError(
-                f"preprocess resize must be 'none' or 'fixed', got {kw['resize']!r}"
+                f"preprocess resize must be one of {', '.join(RESIZE_POLICIES)}, "
+                f"got {kw['resize']!r}"
             )
         return cls(**kw)
 
