@@ -1,0 +1,1 @@
+"""Detection: box models' shared pieces (class ids, pre/post-processing, scoring)."""
