@@ -159,3 +159,15 @@ def test_models_never_import_the_layers_above(module: str) -> None:
         if any(t == a or t.startswith(a + ".") for a in ABOVE_MODELS)
     )
     assert not bad, f"{module} imports {bad}; models sit below the engine, export and CLI"
+
+
+CONCRETE_MODELS = ("clearsight.models.rescan", "clearsight.models.mbcnn")
+
+
+@pytest.mark.parametrize(
+    "module", ["clearsight.engine.inference", "clearsight.export.onnx", "clearsight.model_audit"]
+)
+def test_engine_exporter_and_auditor_ask_the_contract_not_a_class(module: str) -> None:
+    """They reach models through `models/contract.py` only, never a concrete architecture."""
+    bad = sorted(t for t in import_graph()[module] if t.startswith(CONCRETE_MODELS))
+    assert not bad, f"{module} imports {bad}; ask the model contract instead"
