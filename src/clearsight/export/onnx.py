@@ -205,20 +205,16 @@ def shared_stats_parity(
     )
 
 
-def export_onnx_bytes(
+def _trace(
     loaded: LoadedModel,
-    *,
-    parity_sizes: tuple[tuple[int, int], ...] = PARITY_SIZES,
-    tolerance: float = TOLERANCE,
-) -> tuple[bytes, ParityResult]:
-    """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`."""
-    if isinstance(loaded.model, OrtModel):
-        raise ExportError(f"{loaded.source} is already an ONNX model")
-    model = as_restoration_model(loaded.model.eval().to("cpu"))
-    graph, names = model.export_graph()
-    layout = model.stats_layout()
-    sites = [f"stat{k}" for k in range(layout["sites"])] if layout else []
-    pad = max(int(model.pad_multiple), int(loaded.config.preprocess.pad_multiple))
+    model: RestorationModel,
+    graph: nn.Module,
+    names: list[str],
+    sites: list[str],
+    pad: int,
+) -> bytes:
+    """The traced graph's bytes: dynamic H and W, the statistics sites named inside the
+    graph (not outputs) and every output's known channel count."""
     size = -(-64 // pad) * pad
     example = _parity_input(loaded, size, size + pad, seed=99)
     axes: dict[str, dict[int, str]] = {"input": {0: "N", 2: "H", 3: "W"}}
@@ -255,10 +251,27 @@ def export_onnx_bytes(
             f"{loaded.source}: expected {len(sites)} global pooling sites, found {len(rec)}"
         )
     ref_t = ref if isinstance(ref, tuple) else (ref,)
-    data = _set_channel_dims(
+    return _set_channel_dims(
         _strip_outputs(buf.getvalue(), sites) if sites else buf.getvalue(),
         {n: int(r.shape[1]) for n, r in zip(names, ref_t, strict=True)},
     )
+
+
+def export_onnx_bytes(
+    loaded: LoadedModel,
+    *,
+    parity_sizes: tuple[tuple[int, int], ...] = PARITY_SIZES,
+    tolerance: float = TOLERANCE,
+) -> tuple[bytes, ParityResult]:
+    """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`."""
+    if isinstance(loaded.model, OrtModel):
+        raise ExportError(f"{loaded.source} is already an ONNX model")
+    model = as_restoration_model(loaded.model.eval().to("cpu"))
+    graph, names = model.export_graph()
+    layout = model.stats_layout()
+    sites = [f"stat{k}" for k in range(layout["sites"])] if layout else []
+    pad = max(int(model.pad_multiple), int(loaded.config.preprocess.pad_multiple))
+    data = _trace(loaded, model, graph, names, sites, pad)
     info = {
         "format_version": EXPORT_FORMAT_VERSION,
         "opset": OPSET,

@@ -41,15 +41,16 @@ Models import only torch, this module and the layers below it (`tiling`, `prepro
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol
 
 import torch
 from torch import nn
 
+from clearsight.tiling import Progress
+
 OutputKind = Literal["image", "residual"]
-Progress = Callable[[int, int], None]
 
 
 class TiledRestore(Protocol):

@@ -37,9 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from clearsight.models.rescan_units import NEG_SLOPE, RecurrentUnit, SEBlock
-from clearsight.tiling import grid_spans
+from clearsight.tiling import Progress, grid_spans
 
-Progress = Callable[[int, int], None]
 CL = torch.channels_last
 # Tiles run on this many worker threads on CPU (None: torch's intra-op thread count);
 # 1 runs them one after another on torch's own intra-op threads.
