@@ -78,7 +78,7 @@ def _tiled_worker(spec: str) -> None:
             raise SystemExit(f"{args['model']}: no shared-statistics graphs (not tiled)")
         model.stats_pixels = int(args["stats_pixels"])
         sizes = [tuple(s) for s in args["sizes"]]
-        rows = time_restorer(loaded, sizes, args["runs"], model.default_tile, memory=True)
+        rows = time_restorer(loaded, sizes, args["runs"], model.tiling.default_tile, memory=True)
     print(json.dumps(rows))
 
 

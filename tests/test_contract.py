@@ -65,7 +65,7 @@ def test_architecture_declares_a_sane_contract(name: str) -> None:
     assert model.output_kind in ("image", "residual")
     assert model.predicts_residual == (model.output_kind == "residual")
     assert not model.supports_stages or model.stages >= 1
-    for limit in (model.default_tile, model.max_untiled_pixels):
+    for limit in (model.tiling.default_tile, model.tiling.max_untiled_pixels):
         assert limit is None or limit >= 1
     graph, names = model.export_graph()
     assert names[0] == "output" and len(set(names)) == len(names)

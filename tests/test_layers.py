@@ -9,6 +9,7 @@ the CLI: models sit below all three.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,7 @@ def _imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     known = _modules()
     return {m: _imports(m, p, known) for m, p in known.items()}

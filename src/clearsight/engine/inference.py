@@ -232,12 +232,13 @@ class Restorer:
         if t is None:
             # a model may declare its own threshold and tile (MBCNN: big tiles, since each
             # tiled call also pays for one whole-image pass for its global statistics)
+            own = self.net.tiling
             limit = (
                 self.options.max_untiled_pixels
-                or self.net.max_untiled_pixels
+                or own.max_untiled_pixels
                 or DEFAULT_MAX_UNTILED_PIXELS
             )
-            return (self.net.default_tile or DEFAULT_TILE) if h * w > limit else None
+            return (own.default_tile or DEFAULT_TILE) if h * w > limit else None
         return t if (h > t or w > t) else None
 
     def _one_view(self, x: torch.Tensor, progress: Progress | None) -> torch.Tensor:

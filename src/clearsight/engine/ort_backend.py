@@ -49,7 +49,7 @@ import torch
 
 from clearsight.artifact import LoadedModel
 from clearsight.errors import ArtifactError, ClearsightError
-from clearsight.models.contract import RestorationModel, TiledRestore
+from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
 from clearsight.onnx_meta import STATS_INPUT, read_onnx_metadata
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
 from clearsight.tiling import tiled_apply
@@ -196,9 +196,11 @@ class OrtModel(RestorationModel):
             # statistics from the whole image up to this many pixels, else from a downscale
             self.stats_pixels = int(self.shared_stats["stats_pixels"])
             # what the Restorer reads to decide when and how big to tile
-            self.default_tile = int(self.shared_stats["default_tile"])
-            if self.shared_stats.get("max_untiled_pixels") is not None:
-                self.max_untiled_pixels = int(self.shared_stats["max_untiled_pixels"])
+            limit = self.shared_stats.get("max_untiled_pixels")
+            self.tiling = TilingLimits(
+                default_tile=int(self.shared_stats["default_tile"]),
+                max_untiled_pixels=None if limit is None else int(limit),
+            )
         if export_info.get("has_restore_tiled"):
             # Only models whose PyTorch form has its own tiled path get one here, so every
             # other model is tiled by the Restorer's generic tiler exactly as with PyTorch.

@@ -17,8 +17,8 @@ a default, so a model declares only what differs:
   number of stages (`final_output(x, stages=..., threshold=...)`) and record how many each
   image used.
 - `prefers_channels_last`: the engine keeps CPU weights NHWC (faster oneDNN convolutions).
-- `default_tile`, `max_untiled_pixels`: tiling limits; None uses the engine's defaults
-  (`clearsight.defaults`).
+- `tiling`: a `TilingLimits` (default tile size, pixels above which an image is tiled);
+  None in either uses the engine's defaults (`clearsight.defaults`).
 - `final_output(x, **kw)`: the one accessor for "the restored image": `restore`, or forward
   and its last output.
 - `tiled_path()`: the model's own tiled restore (exact, or sharing whole-image statistics),
@@ -67,6 +67,14 @@ def last_output(y: torch.Tensor | list[torch.Tensor] | tuple[torch.Tensor, ...])
     return y[-1] if isinstance(y, list | tuple) else y
 
 
+@dataclass(frozen=True)
+class TilingLimits:
+    """When and how big a model's images are tiled (None: the engine's default)."""
+
+    default_tile: int | None = None
+    max_untiled_pixels: int | None = None
+
+
 class RestorationModel(nn.Module):
     """Base of every restoration architecture: image in, image of the same size out."""
 
@@ -80,8 +88,7 @@ class RestorationModel(nn.Module):
     last_stages_used: list[int] | None = None
     """Stages each image of the last staged call used (batch order); None without stages."""
     prefers_channels_last: bool = False
-    default_tile: int | None = None
-    max_untiled_pixels: int | None = None
+    tiling: TilingLimits = TilingLimits()
 
     @property
     def predicts_residual(self) -> bool:
@@ -174,12 +181,10 @@ class PlainModule(RestorationModel):
         return bool(self._declared("prefers_channels_last", False))
 
     @property  # type: ignore[override]
-    def default_tile(self) -> int | None:
-        return self._declared("default_tile", None)
-
-    @property  # type: ignore[override]
-    def max_untiled_pixels(self) -> int | None:
-        return self._declared("max_untiled_pixels", None)
+    def tiling(self) -> TilingLimits:
+        return TilingLimits(
+            self._declared("default_tile", None), self._declared("max_untiled_pixels", None)
+        )
 
     def forward(self, x: torch.Tensor) -> Any:
         return self.module(x)

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from clearsight.errors import ClearsightError
-from clearsight.models.contract import RestorationModel, TiledRestore
+from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
 from clearsight.models.registry import register_model
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
 from clearsight.tiling import tiled_apply
@@ -57,6 +57,10 @@ DILATIONS_C = (1, 2, 2, 2, 1)  # 1/8
 PAD_MULTIPLE = 8  # space-to-depth (2) then two stride-2 convs (4): features at 1/8
 DEFAULT_STATS_PIXELS = 1024 * 1024
 DEFAULT_HALO = 32
+# Untiled up to 1 MP (about 1.3 GB for mbcnn-light); above it, 512-pixel tiles keep the
+# halo overhead low (measured: 128-256 tiles were ~4x slower than untiled at 1024x1024).
+MAX_UNTILED_PIXELS = 1024 * 1024
+DEFAULT_TILE = 512
 
 
 class MBCNNConfigError(ClearsightError, ValueError):
@@ -225,11 +229,8 @@ class MBCNN(RestorationModel):
 
     pad_multiple = PAD_MULTIPLE
     receptive_radius = None  # global pooling: every output pixel sees the whole image
-    # Untiled up to 1 MP (about 1.3 GB for mbcnn-light); above it, 512-pixel tiles keep the
-    # halo overhead low (measured: 128-256 tiles were ~4x slower than untiled at 1024x1024).
-    max_untiled_pixels = 1024 * 1024
+    tiling = TilingLimits(default_tile=DEFAULT_TILE, max_untiled_pixels=MAX_UNTILED_PIXELS)
     prefers_channels_last = True  # the Restorer keeps CPU weights NHWC: faster oneDNN convs
-    default_tile = 512
 
     def __init__(self, *, n_filters: int = 64) -> None:
         super().__init__()
@@ -392,8 +393,8 @@ class MBCNN(RestorationModel):
             "blend": DEFAULT_HALO // 2,
             "exact_given_stats": False,
             "stats_pixels": DEFAULT_STATS_PIXELS,
-            "default_tile": int(self.default_tile),
-            "max_untiled_pixels": int(self.max_untiled_pixels),
+            "default_tile": DEFAULT_TILE,
+            "max_untiled_pixels": MAX_UNTILED_PIXELS,
         }
 
     @contextlib.contextmanager
