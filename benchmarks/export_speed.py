@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from clearsight.errors import ClearsightError
-from clearsight.export.onnx import stats_layout
+from clearsight.models.contract import as_restoration_model
 from clearsight.models.registry import list_specs
 from clearsight.profile import count_macs, measure_in_subprocess, run_json_worker, time_restorer
 from clearsight.zoo import resolve_model
@@ -78,7 +78,7 @@ def _tiled_worker(spec: str) -> None:
             raise SystemExit(f"{args['model']}: no shared-statistics graphs (not tiled)")
         model.stats_pixels = int(args["stats_pixels"])
         sizes = [tuple(s) for s in args["sizes"]]
-        rows = time_restorer(loaded, sizes, args["runs"], model.default_tile, memory=True)
+        rows = time_restorer(loaded, sizes, args["runs"], model.tiling.default_tile, memory=True)
     print(json.dumps(rows))
 
 
@@ -202,7 +202,7 @@ def main() -> None:
             ),
         }
         # global pooling (RESCAN's SE, MBCNN's tone blocks): tiles share whole-image statistics
-        if not args.no_tiled and stats_layout(loaded.model) is not None:
+        if not args.no_tiled and as_restoration_model(loaded.model).stats_layout() is not None:
             rows = measure_tiled(name, big, args.runs, args.threads, args.stats_pixels)
             results[TILED] = [{"latency_ms": float("nan")}] * (len(sizes) - 1) + rows
         t_target, m_target = TARGETS.get(name, (float("inf"), float("inf")))

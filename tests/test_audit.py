@@ -11,8 +11,8 @@ from torch import nn
 from typer.testing import CliRunner
 
 from clearsight.artifact import ModelConfig, make_config, save_artifact
-from clearsight.audit import audit, audit_model
 from clearsight.cli import app
+from clearsight.model_audit import audit, audit_model
 from clearsight.models.registry import build_model
 from clearsight.preprocess import PreprocessSpec
 
@@ -210,7 +210,7 @@ def test_audit_cli_exit_codes(tmp_path: Path) -> None:
 
 
 def test_audit_cli_fails_on_a_broken_artifact(monkeypatch: pytest.MonkeyPatch) -> None:
-    import clearsight.audit as audit_mod
+    import clearsight.model_audit as audit_mod
 
     monkeypatch.setattr(
         audit_mod, "audit", lambda ref, **kw: audit_model(OverwritesBuffer, config=cfg(), size=16)

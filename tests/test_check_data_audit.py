@@ -9,7 +9,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from clearsight.cli import app
-from clearsight.data.audit import best_shift
+from clearsight.data.data_audit import best_shift
 from clearsight.data.paired import validate_pairs
 from clearsight.io import write_image
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.tiling import tiled_apply
 from clearsight.preprocess import PreprocessSpec
+from clearsight.tiling import tiled_apply
 from tests.helpers import GlobalMeanNet, MultipleOf8Net, TinyConvNet, loaded
 
 

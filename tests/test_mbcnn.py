@@ -11,7 +11,6 @@ import torch
 from torch import nn
 
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.tiling import tiled_apply
 from clearsight.losses import build_loss, mbcnn_loss, sobel_gradients
 from clearsight.models import build_model, get_spec
 from clearsight.models.mbcnn import (
@@ -24,6 +23,7 @@ from clearsight.models.mbcnn import (
     space_to_depth,
 )
 from clearsight.models.registry import count_parameters
+from clearsight.tiling import tiled_apply
 from tests.helpers import loaded
 
 HEAVY = os.environ.get("CLEARSIGHT_HEAVY_TESTS") == "1"

@@ -256,7 +256,8 @@ def _make_restorer(
         )
     loaded = resolve_model(model, device=device)
     if backend != "torch":
-        from clearsight.engine.ort_backend import check_backend, to_onnxruntime
+        from clearsight.engine.ort_backend import check_backend
+        from clearsight.export.onnx import to_onnxruntime
 
         check_backend(backend)
         loaded = to_onnxruntime(loaded, device)
@@ -858,7 +859,7 @@ def audit_cmd(
 ) -> None:
     """Check MODEL for the field's known bugs: gradients, purity, structure, spec, two steps."""
 
-    from clearsight.audit import audit
+    from clearsight.model_audit import audit
 
     if size < 8:
         raise ClearsightError(f"--size must be >= 8, got {size}")

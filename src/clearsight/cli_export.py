@@ -116,7 +116,7 @@ def benchmark_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """PyTorch eager vs tuned vs ONNX Runtime: size, params, MACs, PSNR, latency."""
-    from clearsight.benchmark import benchmark_model
+    from clearsight.backend_bench import benchmark_model
     from clearsight.errors import ClearsightError
     from clearsight.zoo import resolve_model
 

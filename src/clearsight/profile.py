@@ -42,6 +42,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from clearsight.artifact import LoadedModel, save_artifact
 from clearsight.errors import ClearsightError
+from clearsight.models.contract import as_restoration_model
 from clearsight.models.registry import build_model, count_parameters
 
 
@@ -83,7 +84,7 @@ def _counted_types() -> tuple[type[nn.Module], ...]:
 
 @torch.no_grad()
 def count_macs(model: nn.Module, height: int = 256, width: int = 256) -> MacCount:
-    """MACs of `model.restore` (or forward) on one [1,3,H,W] input, by layer type."""
+    """MACs of the model's `final_output` on one [1,3,H,W] input, by layer type."""
     by_type: dict[str, int] = {}
 
     def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
@@ -99,9 +100,9 @@ def count_macs(model: nn.Module, height: int = 256, width: int = 256) -> MacCoun
     counter = FlopCounterMode(display=False)
     try:
         x = torch.rand(1, 3, height, width)
-        restore = getattr(model, "restore", None)
+        net = as_restoration_model(model)
         with counter:
-            restore(x) if callable(restore) else model(x)
+            net.final_output(x)
     finally:
         for h in handles:
             h.remove()
@@ -158,7 +159,7 @@ def time_restorer(
     from clearsight.engine.inference import InferenceOptions, Restorer
 
     restorer = Restorer(loaded, InferenceOptions(tile=tile))
-    m = max(8, int(getattr(loaded.model, "pad_multiple", 1)))
+    m = max(8, int(restorer.net.pad_multiple))
     restorer.restore(torch.rand(1, 3, m, m))  # load kernels and libraries before the baseline
     base = _rss_mb()
     rows = []
@@ -279,7 +280,8 @@ def profile_model(
     `backends` defaults to torch for a PyTorch model and onnxruntime for an `.onnx` file
     (which has no PyTorch backend).
     """
-    from clearsight.engine.ort_backend import OrtModel, check_backend, to_onnxruntime
+    from clearsight.engine.ort_backend import OrtModel, check_backend
+    from clearsight.export.onnx import to_onnxruntime
 
     is_onnx = isinstance(loaded.model, OrtModel)
     backends = list(backends or (["onnxruntime"] if is_onnx else ["torch"]))

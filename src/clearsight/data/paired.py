@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from clearsight.data.audit import DEFAULT_PSNR_FLOOR, ContentReport, audit_pairs
 from clearsight.data.augment import check_patch_fits, make_generator, paired_augment, to_tensor
+from clearsight.data.data_audit import DEFAULT_PSNR_FLOOR, ContentReport, audit_pairs
 from clearsight.data.pairs import ImagePair, detect_layout
 from clearsight.errors import ClearsightError, ImageReadError, PairingError
 from clearsight.io import IMAGE_EXTENSIONS, image_size, list_images, read_image
@@ -382,7 +382,7 @@ def validate_pairs(
     Layout errors that leave nothing to check (no such folder, no known layout) still raise
     `PairingError`. `decode` False reads only the headers (fast, misses truncated data).
     With `decode` and `content`, the decoded pairs are also checked pixel by pixel
-    (`clearsight.data.audit`): misalignment, duplicate targets, extreme pairs (identical, or
+    (`clearsight.data.data_audit`): misalignment, duplicate targets, extreme pairs (identical, or
     PSNR below `psnr_floor`) and colour order; findings are in `report.content`.
     """
     report, _, arrays = _scan_folders(root, input_dir, target_dir, name_map, decode)

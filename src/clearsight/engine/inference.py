@@ -20,15 +20,18 @@ from typing import Any, Literal
 import torch
 
 from clearsight.artifact import LoadedModel
-from clearsight.engine.tiling import Progress, tiled_apply
+from clearsight.defaults import (
+    DEFAULT_HALO,
+    DEFAULT_MAX_UNTILED_PIXELS,
+    DEFAULT_STAGE_THRESHOLD,
+    DEFAULT_TILE,
+)
 from clearsight.errors import ClearsightError
-from clearsight.models.rescan import DEFAULT_STAGE_THRESHOLD
+from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
+from clearsight.tiling import Progress, tiled_apply
 
 Ensemble = Literal["none", "flip", "x8"]
-DEFAULT_TILE = 128  # fastest and leanest for RESCAN on 2 cores (benchmarks/restore_speed.py)
-DEFAULT_MAX_UNTILED_PIXELS = 512 * 512
-DEFAULT_HALO = 32  # used when a model declares no receptive radius
 
 
 @dataclass(frozen=True)
@@ -155,16 +158,16 @@ class Restorer:
             raise ValueError(f"unknown ensemble {self.options.ensemble!r}; known: {known}")
         self.scales = validate_scales(self.options.scales)
         self.model = loaded.model.eval().to(self.options.device)
+        self.net = as_restoration_model(self.model)
+        """The model as the restoration contract sees it (`models/contract.py`)."""
         cpu = torch.device(self.options.device).type == "cpu"
-        if getattr(self.model, "channels_last", False) and cpu:
+        if self.net.prefers_channels_last and cpu:
             # oneDNN's convolutions run faster on NHWC weights (MBCNN at 1024x1024: 1.3x);
             # the values are unchanged and outputs come back in the default layout
             self.model.to(memory_format=torch.channels_last)
         self.spec = loaded.config.preprocess
-        self.pad_multiple = max(
-            int(getattr(self.model, "pad_multiple", 1)), int(self.spec.pad_multiple)
-        )
-        self.staged = bool(getattr(self.model, "supports_stages", False))
+        self.pad_multiple = max(int(self.net.pad_multiple), int(self.spec.pad_multiple))
+        self.staged = bool(self.net.supports_stages)
         self._stage_kwargs = self._check_stages()
         self._stage_calls: list[list[int]] = []
         self.last_stages_used: list[float] | None = None
@@ -187,7 +190,7 @@ class Restorer:
                 f"{stages!r} cannot apply; only multi-stage models such as RESCAN (with the "
                 "torch backend) take stages other than all",
             )
-        trained = int(getattr(self.model, "stages", 0) or 0)
+        trained = int(self.net.stages or 0)
         if isinstance(stages, int) and trained and stages > trained:
             raise StageOptionError(
                 "stages",
@@ -207,20 +210,14 @@ class Restorer:
 
     def _record_stages(self) -> None:
         if self.staged:
-            used = getattr(self.model, "last_stages_used", None)
+            used = self.net.last_stages_used
             if used:
                 self._stage_calls.append([int(n) for n in used])
 
     # -- pieces -------------------------------------------------------------------------
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        restore = getattr(self.model, "restore", None)
-        if callable(restore):
-            y = restore(x, **self._stage_kwargs)
-            self._record_stages()
-        else:
-            y = self.model(x)
-        if isinstance(y, list | tuple):
-            y = y[-1]
+        y = self.net.final_output(x, **self._stage_kwargs)
+        self._record_stages()
         return y
 
     def _padded_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -235,10 +232,13 @@ class Restorer:
         if t is None:
             # a model may declare its own threshold and tile (MBCNN: big tiles, since each
             # tiled call also pays for one whole-image pass for its global statistics)
-            limit = self.options.max_untiled_pixels or getattr(
-                self.model, "max_untiled_pixels", DEFAULT_MAX_UNTILED_PIXELS
+            own = self.net.tiling
+            limit = (
+                self.options.max_untiled_pixels
+                or own.max_untiled_pixels
+                or DEFAULT_MAX_UNTILED_PIXELS
             )
-            return getattr(self.model, "default_tile", DEFAULT_TILE) if h * w > limit else None
+            return (own.default_tile or DEFAULT_TILE) if h * w > limit else None
         return t if (h > t or w > t) else None
 
     def _one_view(self, x: torch.Tensor, progress: Progress | None) -> torch.Tensor:
@@ -249,15 +249,15 @@ class Restorer:
             if progress is not None:
                 progress(1, 1)
             return y
-        own = getattr(self.model, "restore_tiled", None)
-        if callable(own):
+        own = self.net.tiled_path()
+        if own is not None:
             # the model's own tiled path (exact, or sharing whole-image statistics); padded
             # to the multiple like the untiled path, then cropped back
             x = pad_to_multiple(x, self.pad_multiple)
             y = own(x, tile=tile, progress=progress, **self._stage_kwargs)
             self._record_stages()
             return y[..., :h, :w]
-        radius = getattr(self.model, "receptive_radius", None)
+        radius = self.net.receptive_radius
         halo = (
             self.options.halo
             if self.options.halo is not None

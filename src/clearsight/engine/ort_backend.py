@@ -7,7 +7,7 @@ preprocessing spec, metric preset) is rebuilt from the ONNX metadata, so a resto
 gets the preprocessing the model was trained with and no flag can contradict it.
 
 Tiling: a model without a tiled path of its own is tiled by the `Restorer` exactly as with
-PyTorch (the generic blended tiler, `engine/tiling.py`), with the receptive radius stored in
+PyTorch (the generic blended tiler, `clearsight/tiling.py`), with the receptive radius stored in
 the metadata. A model with its own tiled path (RESCAN, MBCNN) gets one here too: where its
 receptive radius is finite the ORT model is tiled exactly (halo = radius). Where it pools
 globally (RESCAN's SE, MBCNN's tone blocks) the tiles share the whole image's statistics,
@@ -38,7 +38,6 @@ untiled, with an `UntiledWarning`.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Callable
@@ -47,18 +46,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from clearsight.artifact import LoadedModel, ModelConfig
+from clearsight.artifact import LoadedModel
 from clearsight.errors import ArtifactError, ClearsightError
+from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
+from clearsight.onnx_meta import STATS_INPUT, read_onnx_metadata
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
+from clearsight.tiling import tiled_apply
 
-CONFIG_KEY = "clearsight_config"
-EXPORT_KEY = "clearsight_export"
-PREPROCESS_KEY = "clearsight_preprocess"
-EXPORT_FORMAT_VERSION = 1
 BACKENDS = ("torch", "onnxruntime")
-STATS_INPUT = "global_stats"
 
 
 class UntiledWarning(UserWarning):
@@ -163,8 +159,8 @@ def _shrink_arena() -> Any:
     return opts
 
 
-class OrtModel(nn.Module):
-    """An exported model run by ONNX Runtime, shaped like a clearsight model for `Restorer`.
+class OrtModel(RestorationModel):
+    """An exported model run by ONNX Runtime, under the same contract as a PyTorch model.
 
     `restore(x)` pads to `pad_multiple`, runs the graph and crops back; `run_all(x)` returns
     every graph output by name (the main `output` and the stage/scale outputs). With
@@ -200,13 +196,19 @@ class OrtModel(nn.Module):
             # statistics from the whole image up to this many pixels, else from a downscale
             self.stats_pixels = int(self.shared_stats["stats_pixels"])
             # what the Restorer reads to decide when and how big to tile
-            self.default_tile = int(self.shared_stats["default_tile"])
-            if self.shared_stats.get("max_untiled_pixels") is not None:
-                self.max_untiled_pixels = int(self.shared_stats["max_untiled_pixels"])
+            limit = self.shared_stats.get("max_untiled_pixels")
+            self.tiling = TilingLimits(
+                default_tile=int(self.shared_stats["default_tile"]),
+                max_untiled_pixels=None if limit is None else int(limit),
+            )
         if export_info.get("has_restore_tiled"):
             # Only models whose PyTorch form has its own tiled path get one here, so every
             # other model is tiled by the Restorer's generic tiler exactly as with PyTorch.
             self.restore_tiled = self._restore_tiled
+
+    def tiled_path(self) -> TiledRestore | None:
+        # the instance attribute set above (absent for exports without a tiled path)
+        return self.__dict__.get("restore_tiled")
 
     def run_all(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """All graph outputs for `x` (H and W must be multiples of `pad_multiple`)."""
@@ -272,8 +274,6 @@ class OrtModel(nn.Module):
     ) -> torch.Tensor:
         """Overlapping tiles of `x` (any size), every one run with the same `stats`; `halo`
         and `blend` default to the export's (RESCAN: exact given the statistics)."""
-        from clearsight.engine.tiling import tiled_apply
-
         assert self.shared_stats is not None
         halo = int(self.shared_stats["halo"]) if halo is None else halo
         blend = int(self.shared_stats["blend"]) if blend is None else blend
@@ -303,8 +303,6 @@ class OrtModel(nn.Module):
         full-resolution image and tiles anyway (what PyTorch's MBCNN does; for comparisons).
         """
         if self.receptive_radius is not None:
-            from clearsight.engine.tiling import tiled_apply
-
             return tiled_apply(
                 self.restore, x, tile=tile, halo=self.receptive_radius, progress=progress
             )
@@ -338,28 +336,6 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def read_onnx_metadata(session: Any, source: str) -> tuple[ModelConfig, dict[str, Any]]:
-    """The clearsight config and export info stored in a session's model metadata."""
-    meta = dict(session.get_modelmeta().custom_metadata_map or {})
-    if CONFIG_KEY not in meta or EXPORT_KEY not in meta:
-        raise ArtifactError(
-            f"{source}: ONNX model carries no clearsight metadata "
-            "(only files written by `clearsight export` can be used as models)"
-        )
-    try:
-        config = ModelConfig.from_dict(json.loads(meta[CONFIG_KEY]), source)
-        info = json.loads(meta[EXPORT_KEY])
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{source}: invalid clearsight metadata ({exc})") from None
-    if not isinstance(info, dict) or int(info.get("format_version", 0)) > EXPORT_FORMAT_VERSION:
-        raise ArtifactError(f"{source}: unsupported clearsight export metadata version")
-    if len(session.get_inputs()) != 1:
-        raise ArtifactError(
-            f"{source}: expected one graph input, found {len(session.get_inputs())}"
-        )
-    return config, info
-
-
 def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -> LoadedModel:
     """Load an exported `.onnx` file (or its bytes) as a `LoadedModel` run by ONNX Runtime."""
     src = source or (str(path) if not isinstance(path, bytes) else "<onnx bytes>")
@@ -372,21 +348,6 @@ def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -
     config, info = read_onnx_metadata(session, src)
     model = OrtModel(session, info, src, model_data=path)
     return LoadedModel(model=model, config=config, source=src)
-
-
-def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:
-    """The same model run by ONNX Runtime: exported in memory (with its parity check)."""
-    if str(device) != "cpu":
-        raise ClearsightError(f"--backend onnxruntime runs on the CPU; got --device {device}")
-    if isinstance(loaded.model, OrtModel):
-        return loaded
-    from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
-    out = load_onnx(data, source=f"{loaded.source} (onnxruntime)")
-    return LoadedModel(model=out.model, config=loaded.config, source=out.source)
 
 
 def check_backend(name: str) -> str:

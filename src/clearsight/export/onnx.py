@@ -1,6 +1,7 @@
 """ONNX export with a parity check (`clearsight export MODEL --format onnx`).
 
-The graph is the model's inference `restore` path wrapped in a small module: input `input`
+The graph is the one the model's contract gives (`export_graph()`, by default its
+`final_output` wrapped in a small module; `models/contract.py`): input `input`
 [N,3,H,W] in the model's own convention (the preprocessing spec is applied outside, as in
 PyTorch), main output `output` (the restored image) plus the intermediate results where the
 model has them: RESCAN's earlier stages (`stage1`..), MBCNN's 1/4 and 1/2 scale outputs
@@ -15,24 +16,26 @@ self-describing. Every export runs ONNX Runtime against PyTorch at two resolutio
 them odd-sized) and fails, leaving no file behind, when the max abs difference exceeds 1e-4.
 
 Global pooling sites (RESCAN's SE gates, MBCNN's tone vectors): the graph is the same, but
-the value each site computes from its own input gets a stable name (`stat0`, `stat1`, ..., in
+the value each site computes from its own input (the model's `stats_layout()` says where,
+its `global_stats_hooks()` records them) gets a stable name (`stat0`, `stat1`, ..., in
 call order) and the metadata's `shared_stats` entry lists them with the tiling parameters.
 From that the ONNX Runtime backend derives, at load time, a statistics graph (those values as
 outputs) and a tile graph (an extra input `global_stats` [N, sites, C] replacing them), so
 tiles share the whole image's statistics as PyTorch's tiled paths do (see
 `engine/ort_backend.py`). Both derived graphs are parity-checked here as well: the statistics
 against PyTorch's, the tile graph with foreign statistics against PyTorch run with the same.
+
+`to_onnxruntime` (export in memory, then load) lives here, so the exporter imports the ONNX
+Runtime backend and never the other way round; the metadata keys and reading both use are in
+`clearsight/onnx_meta.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
-import types
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,17 +45,15 @@ from torch import nn
 
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_bytes
-from clearsight.engine.ort_backend import (
-    CONFIG_KEY,
+from clearsight.engine.ort_backend import OrtModel, load_onnx, make_session
+from clearsight.errors import ClearsightError
+from clearsight.models.contract import RestorationModel, as_restoration_model
+from clearsight.onnx_meta import (
     EXPORT_FORMAT_VERSION,
-    EXPORT_KEY,
-    PREPROCESS_KEY,
     STATS_INPUT,
-    OrtModel,
-    make_session,
+    metadata_props,
     read_onnx_metadata,
 )
-from clearsight.errors import ClearsightError
 from clearsight.preprocess import pad_to_multiple
 
 FORMATS = ("onnx",)
@@ -60,11 +61,6 @@ OPSET = 17
 TOLERANCE = 1e-4
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))
 PARITY_SIZES_QUICK: tuple[tuple[int, int], ...] = ((64, 96), (67, 93))
-# ONNX Runtime tiles of RESCAN (see `stats_layout`): statistics from at most this many pixels
-# (the Restorer's untiled limit, so a tiled image always takes them from a downscale) and
-# 512-pixel tiles, whose exact halo (83 px at the defaults) costs least at that size.
-RESCAN_STATS_PIXELS = 512 * 512
-RESCAN_ORT_TILE = 512
 
 
 class ExportError(ClearsightError):
@@ -85,155 +81,16 @@ class ParityResult:
         return worst <= TOLERANCE
 
 
-class _RescanGraph(nn.Module):
-    """RESCAN's restore: `x - rain` after the last stage, then after each earlier stage."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        rains = self.model._run(x, self.model.stages)
-        return (x - rains[-1], *(x - r for r in rains[:-1]))
-
-
-class _MbcnnGraph(nn.Module):
-    """MBCNN's forward on a padded input: the full-resolution output first."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        quarter, half, full = self.model(x)
-        return full, quarter, half
-
-
-class _RestoreGraph(nn.Module):
-    """Any other model: its `restore` (or forward), last output if it returns several."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        restore = getattr(self.model, "restore", None)
-        y = restore(x) if callable(restore) else self.model(x)
-        if isinstance(y, list | tuple):
-            y = y[-1]
-        return y + 0.0 if y is x else y  # a graph output may not be its input
-
-
-def export_graph(model: nn.Module) -> tuple[nn.Module, list[str]]:
-    """The module to trace and its output names (main output first)."""
-    from clearsight.models.mbcnn import MBCNN
-    from clearsight.models.rescan import RESCAN
-
-    if isinstance(model, RESCAN):
-        return _RescanGraph(model), ["output"] + [f"stage{i}" for i in range(1, model.stages)]
-    if isinstance(model, MBCNN):
-        return _MbcnnGraph(model), ["output", "out_quarter", "out_half"]
-    return _RestoreGraph(model), ["output"]
-
-
-def stats_layout(model: nn.Module) -> dict[str, Any] | None:
-    """How `model`'s global pooling sites are shared across ONNX Runtime tiles; None if it has
-    none (then tiles are exact with halo = receptive radius, or generic).
-
-    `sites` values of `channels` each, in call order, and the tiling they support: `halo` and
-    `blend` for `engine.tiling.tiled_apply`, `stats_pixels` (statistics from the whole image up
-    to this many pixels, else from a downscale to it), `default_tile`, `max_untiled_pixels`.
-    RESCAN shares its SE gates (sigmoid outputs, one per unit and decoder per stage); its
-    halo is the receptive radius of the same network without SE, so tiles are exact given the
-    statistics. MBCNN shares its five tone vectors with PyTorch's tiling defaults.
-    """
-    from clearsight.models.mbcnn import DEFAULT_HALO, DEFAULT_STATS_PIXELS, MBCNN
-    from clearsight.models.rescan import RESCAN
-
-    if isinstance(model, MBCNN):
-        return {
-            "kind": "mbcnn-tone-vectors",
-            "sites": len(model.global_blocks()),
-            "channels": 4 * model.n_filters,
-            "halo": DEFAULT_HALO,
-            "blend": DEFAULT_HALO // 2,
-            "exact_given_stats": False,
-            "stats_pixels": DEFAULT_STATS_PIXELS,
-            "default_tile": int(model.default_tile),
-            "max_untiled_pixels": int(model.max_untiled_pixels),
-        }
-    if isinstance(model, RESCAN) and model.use_se:
-        plain = RESCAN(**{**model.config(), "use_se": False})
-        return {
-            "kind": "rescan-se-gates",
-            "sites": model.stages * (len(model.units) + 1),
-            "channels": model.channels,
-            "halo": plain.receptive_radius,
-            "blend": 0,
-            "exact_given_stats": True,
-            "stats_pixels": RESCAN_STATS_PIXELS,
-            "default_tile": RESCAN_ORT_TILE,
-        }
-    return None
-
-
-@contextlib.contextmanager
-def global_stats_hooks(
-    model: nn.Module, shared: torch.Tensor | None = None
-) -> Iterator[list[torch.Tensor]]:
-    """While active, `model`'s global pooling sites (see `stats_layout`) append the statistic
-    each computed from its own input to the yielded list, in call order; with `shared`
-    [N, sites, C] site k uses `shared[:, k]` instead (what an ONNX Runtime tile does).
-    Inference only; the model is left as it was."""
-    from clearsight.models.mbcnn import MBCNN
-    from clearsight.models.rescan import SEBlock
-
-    rec: list[torch.Tensor] = []
-    if isinstance(model, MBCNN):
-        blocks = model.global_blocks()
-        if shared is None:
-            for b in blocks:
-                b.record = rec  # each block appends the vector it pooled
-            try:
-                yield rec
-            finally:
-                for b in blocks:
-                    b.record = None
-            return
-        with model.shared_global_vectors([shared[:, k] for k in range(len(blocks))]):
-            yield rec
-        return
-    blocks_se = [m for m in model.modules() if isinstance(m, SEBlock)]
-    calls = [0]
-
-    def se_forward(se: SEBlock, x: torch.Tensor) -> torch.Tensor:
-        if shared is None:
-            g = se.gate(x.mean(dim=(2, 3)))
-            rec.append(g)
-        else:
-            g = shared[:, calls[0]]
-        calls[0] += 1
-        return x * g[:, :, None, None]
-
-    for se in blocks_se:
-        se.forward = types.MethodType(se_forward, se)  # an instance attribute, removed below
-    try:
-        yield rec
-    finally:
-        for se in blocks_se:
-            del se.forward
-
-
 class _WithStats(nn.Module):
     """`graph`'s outputs followed by the statistics of the model's global pooling sites."""
 
-    def __init__(self, graph: nn.Module, model: nn.Module) -> None:
+    def __init__(self, graph: nn.Module, model: RestorationModel) -> None:
         super().__init__()
         self.graph = graph
         self.model = model
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        with global_stats_hooks(self.model) as rec:
+        with self.model.global_stats_hooks() as rec:
             out = self.graph(x)
         return (*(out if isinstance(out, tuple) else (out,)), *rec)
 
@@ -320,19 +177,19 @@ def shared_stats_parity(
     """Max abs difference of the derived graphs against PyTorch at `size`: the statistics of
     an image, and the main output of the tile graph fed a different image's statistics (so a
     tile graph that still pooled its own input would fail)."""
-    model = loaded.model
+    model = as_restoration_model(loaded.model)
     h, w = size
     m = ort_model.pad_multiple
     x = pad_to_multiple(_parity_input(loaded, h, w, seed=0), m)
     other = pad_to_multiple(_parity_input(loaded, h, w, seed=1).flip(-1) * 0.5, m)
     with torch.no_grad():
-        with global_stats_hooks(model) as rec:
+        with model.global_stats_hooks() as rec:
             graph(x)
         ref_stats = torch.stack(rec, 1)
-        with global_stats_hooks(model) as rec:
+        with model.global_stats_hooks() as rec:
             graph(other)
         foreign = torch.stack(rec, 1)
-        with global_stats_hooks(model, shared=foreign):
+        with model.global_stats_hooks(shared=foreign):
             ref = graph(x)
     ref_out = ref[0] if isinstance(ref, tuple) else ref
     got_stats = ort_model.global_stats(x, max_pixels=None)
@@ -348,20 +205,16 @@ def shared_stats_parity(
     )
 
 
-def export_onnx_bytes(
+def _trace(
     loaded: LoadedModel,
-    *,
-    parity_sizes: tuple[tuple[int, int], ...] = PARITY_SIZES,
-    tolerance: float = TOLERANCE,
-) -> tuple[bytes, ParityResult]:
-    """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`."""
-    model = loaded.model.eval().to("cpu")
-    if isinstance(model, OrtModel):
-        raise ExportError(f"{loaded.source} is already an ONNX model")
-    graph, names = export_graph(model)
-    layout = stats_layout(model)
-    sites = [f"stat{k}" for k in range(layout["sites"])] if layout else []
-    pad = max(int(getattr(model, "pad_multiple", 1)), int(loaded.config.preprocess.pad_multiple))
+    model: RestorationModel,
+    graph: nn.Module,
+    names: list[str],
+    sites: list[str],
+    pad: int,
+) -> bytes:
+    """The traced graph's bytes: dynamic H and W, the statistics sites named inside the
+    graph (not outputs) and every output's known channel count."""
     size = -(-64 // pad) * pad
     example = _parity_input(loaded, size, size + pad, seed=99)
     axes: dict[str, dict[int, str]] = {"input": {0: "N", 2: "H", 3: "W"}}
@@ -387,7 +240,7 @@ def export_onnx_bytes(
                 dynamo=False,
                 do_constant_folding=True,
             )
-            with global_stats_hooks(model) if sites else contextlib.nullcontext([]) as rec:
+            with model.global_stats_hooks() if sites else contextlib.nullcontext([]) as rec:
                 ref = graph(example)
     except Exception as exc:
         raise ExportError(
@@ -398,10 +251,27 @@ def export_onnx_bytes(
             f"{loaded.source}: expected {len(sites)} global pooling sites, found {len(rec)}"
         )
     ref_t = ref if isinstance(ref, tuple) else (ref,)
-    data = _set_channel_dims(
+    return _set_channel_dims(
         _strip_outputs(buf.getvalue(), sites) if sites else buf.getvalue(),
         {n: int(r.shape[1]) for n, r in zip(names, ref_t, strict=True)},
     )
+
+
+def export_onnx_bytes(
+    loaded: LoadedModel,
+    *,
+    parity_sizes: tuple[tuple[int, int], ...] = PARITY_SIZES,
+    tolerance: float = TOLERANCE,
+) -> tuple[bytes, ParityResult]:
+    """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`."""
+    if isinstance(loaded.model, OrtModel):
+        raise ExportError(f"{loaded.source} is already an ONNX model")
+    model = as_restoration_model(loaded.model.eval().to("cpu"))
+    graph, names = model.export_graph()
+    layout = model.stats_layout()
+    sites = [f"stat{k}" for k in range(layout["sites"])] if layout else []
+    pad = max(int(model.pad_multiple), int(loaded.config.preprocess.pad_multiple))
+    data = _trace(loaded, model, graph, names, sites, pad)
     info = {
         "format_version": EXPORT_FORMAT_VERSION,
         "opset": OPSET,
@@ -410,19 +280,13 @@ def export_onnx_bytes(
         "main_output": "output",
         "outputs": names,
         "pad_multiple": pad,
-        "receptive_radius": getattr(model, "receptive_radius", None),
-        "has_restore_tiled": callable(getattr(model, "restore_tiled", None)),
+        "receptive_radius": model.receptive_radius,
+        "has_restore_tiled": model.tiled_path() is not None,
         "input_convention": "preprocessed (apply clearsight_preprocess first)",
     }
     if layout:
         info["shared_stats"] = {**layout, "input": STATS_INPUT, "sites": sites}
-    cfg = loaded.config.to_dict()
-    props = {
-        CONFIG_KEY: json.dumps(cfg),
-        PREPROCESS_KEY: json.dumps(cfg["preprocess"]),
-        EXPORT_KEY: json.dumps(info),
-    }
-    data = _add_metadata(data, props)
+    data = _add_metadata(data, metadata_props(loaded.config, info))
     session = make_session(data)
     read_onnx_metadata(session, loaded.source)  # the round trip must work
     ort_model = OrtModel(session, info, loaded.source, model_data=data)
@@ -461,6 +325,19 @@ def export_onnx(
     os.umask(umask)
     os.chmod(target, 0o666 & ~umask)  # the temporary file was private (mkstemp)
     return target, result
+
+
+def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:
+    """The same model run by ONNX Runtime: exported in memory (with its parity check)."""
+    if str(device) != "cpu":
+        raise ClearsightError(f"--backend onnxruntime runs on the CPU; got --device {device}")
+    if isinstance(loaded.model, OrtModel):
+        return loaded
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
+    out = load_onnx(data, source=f"{loaded.source} (onnxruntime)")
+    return LoadedModel(model=out.model, config=loaded.config, source=out.source)
 
 
 def default_output(model_ref: str, fmt: str) -> Path:

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 
+from clearsight.models.contract import RestorationModel
 from clearsight.models.registry import register_model
 
 
-class Identity(nn.Module):
+class Identity(RestorationModel):
     """Output equals input; a baseline that reproduces the golden input-vs-target numbers."""
 
     pad_multiple = 1
     receptive_radius = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-    def restore(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
 

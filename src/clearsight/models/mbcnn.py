@@ -44,8 +44,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from clearsight.errors import ClearsightError
+from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
 from clearsight.models.registry import register_model
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
+from clearsight.tiling import tiled_apply
 
 DCT_SIZE = 8
 BANDPASS_CHANNELS = DCT_SIZE * DCT_SIZE  # the conv that feeds the bandpass has 64 outputs
@@ -55,6 +57,10 @@ DILATIONS_C = (1, 2, 2, 2, 1)  # 1/8
 PAD_MULTIPLE = 8  # space-to-depth (2) then two stride-2 convs (4): features at 1/8
 DEFAULT_STATS_PIXELS = 1024 * 1024
 DEFAULT_HALO = 32
+# Untiled up to 1 MP (about 1.3 GB for mbcnn-light); above it, 512-pixel tiles keep the
+# halo overhead low (measured: 128-256 tiles were ~4x slower than untiled at 1024x1024).
+MAX_UNTILED_PIXELS = 1024 * 1024
+DEFAULT_TILE = 512
 
 
 class MBCNNConfigError(ClearsightError, ValueError):
@@ -218,16 +224,13 @@ class GlobalBlock(nn.Module):
         return self.proj(self.branch(x) * v[:, :, None, None])
 
 
-class MBCNN(nn.Module):
+class MBCNN(RestorationModel):
     """Multi-scale bandpass CNN; `forward` returns [1/4, 1/2, full] images for training."""
 
     pad_multiple = PAD_MULTIPLE
     receptive_radius = None  # global pooling: every output pixel sees the whole image
-    # Untiled up to 1 MP (about 1.3 GB for mbcnn-light); above it, 512-pixel tiles keep the
-    # halo overhead low (measured: 128-256 tiles were ~4x slower than untiled at 1024x1024).
-    max_untiled_pixels = 1024 * 1024
-    channels_last = True  # the Restorer keeps CPU weights NHWC: faster oneDNN convolutions
-    default_tile = 512
+    tiling = TilingLimits(default_tile=DEFAULT_TILE, max_untiled_pixels=MAX_UNTILED_PIXELS)
+    prefers_channels_last = True  # the Restorer keeps CPU weights NHWC: faster oneDNN convs
 
     def __init__(self, *, n_filters: int = 64) -> None:
         super().__init__()
@@ -357,12 +360,10 @@ class MBCNN(nn.Module):
         The global vectors come once from the whole image (`global_vectors`, with
         `stats_pixels` as its budget) and are shared by every tile, so all tiles get the
         whole image's tone. Tiles are `tile` pixels plus `halo` of context, blended over
-        `blend` pixels (default halo // 2) by `engine.tiling.tiled_apply`. Not exact (the
+        `blend` pixels (default halo // 2) by `clearsight.tiling.tiled_apply`. Not exact (the
         network's convolutional reach is ~344 px), but the seams are below float-visible
         levels for natural images at the defaults; see tests/test_mbcnn.py.
         """
-        from clearsight.engine.tiling import tiled_apply
-
         if tile < PAD_MULTIPLE:
             raise MBCNNConfigError(f"tile must be >= {PAD_MULTIPLE}, got {tile}")
         if halo < 0:
@@ -374,6 +375,59 @@ class MBCNN(nn.Module):
                 self.restore, x, tile=tile, halo=halo, blend=blend, progress=progress
             )
 
+    # -- the contract's hooks for tiling and export ---------------------------------------
+    def tiled_path(self) -> TiledRestore | None:
+        return self.restore_tiled
+
+    def export_graph(self) -> tuple[nn.Module, list[str]]:
+        """The forward on a padded input, the full-resolution output first."""
+        return _MbcnnGraph(self), ["output", "out_quarter", "out_half"]
+
+    def stats_layout(self) -> dict[str, Any] | None:
+        """The five tone vectors are shared, with PyTorch's tiling defaults."""
+        return {
+            "kind": "mbcnn-tone-vectors",
+            "sites": len(self.global_blocks()),
+            "channels": 4 * self.n_filters,
+            "halo": DEFAULT_HALO,
+            "blend": DEFAULT_HALO // 2,
+            "exact_given_stats": False,
+            "stats_pixels": DEFAULT_STATS_PIXELS,
+            "default_tile": DEFAULT_TILE,
+            "max_untiled_pixels": MAX_UNTILED_PIXELS,
+        }
+
+    @contextlib.contextmanager
+    def global_stats_hooks(
+        self, shared: torch.Tensor | None = None
+    ) -> Iterator[list[torch.Tensor]]:
+        """Each global block records the tone vector it pooled (or takes `shared[:, k]`)."""
+        rec: list[torch.Tensor] = []
+        blocks = self.global_blocks()
+        if shared is not None:
+            with self.shared_global_vectors([shared[:, k] for k in range(len(blocks))]):
+                yield rec
+            return
+        for b in blocks:
+            b.record = rec  # each block appends the vector it pooled
+        try:
+            yield rec
+        finally:
+            for b in blocks:
+                b.record = None
+
+
+class _MbcnnGraph(nn.Module):
+    """MBCNN's forward on a padded input for export: the full-resolution output first."""
+
+    def __init__(self, model: MBCNN) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        quarter, half, full = self.model(x)
+        return full, quarter, half
+
 
 def _mbcnn(n_filters: int) -> MBCNN:
     return MBCNN(n_filters=n_filters)
@@ -384,6 +438,7 @@ def _mbcnn(n_filters: int) -> MBCNN:
     task="demoire",
     description="MBCNN (CVPR 2020), nFilters 64, learnable bandpass: 14,192,041 params",
     metric_preset="rgb",
+    reference_params=14_192_041,
 )
 def mbcnn(*, n_filters: int = 64) -> MBCNN:
     """MBCNN as published (nFilters 64)."""
@@ -395,6 +450,7 @@ def mbcnn(*, n_filters: int = 64) -> MBCNN:
     task="demoire",
     description="MBCNN light, nFilters 32: 3,899,433 params",
     metric_preset="rgb",
+    reference_params=3_899_433,
 )
 def mbcnn_light(*, n_filters: int = 32) -> MBCNN:
     """MBCNN with half the width (the official "light" setting)."""

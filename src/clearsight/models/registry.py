@@ -3,6 +3,9 @@
 An explicit registry (a decorator on a builder function) rather than filename magic:
 `clearsight models` lists it, artifacts store the name and constructor arguments, and
 loading rebuilds the module from them without unpickling anything.
+
+The built-in architectures register when `clearsight.models` is imported, which Python does
+before it imports this module, so the registry itself imports no architecture.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ class ModelSpec:
     description: str
     metric_preset: str
     preprocess: PreprocessSpec = field(default_factory=PreprocessSpec)
+    reference_params: int | None = None
+    """The parameter count of the reference implementation at the default arguments (the
+    official code's figure; `clearsight audit` checks the built module against it)."""
 
     def default_args(self) -> dict[str, Any]:
         """Constructor arguments the builder uses when none are given."""
@@ -49,6 +55,7 @@ def register_model(
     description: str,
     metric_preset: str = "rgb",
     preprocess: PreprocessSpec | None = None,
+    reference_params: int | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
     """Register a builder function under `name` (keyword-only constructor arguments)."""
 
@@ -62,19 +69,21 @@ def register_model(
             description=description,
             metric_preset=metric_preset,
             preprocess=preprocess or PreprocessSpec(),
+            reference_params=reference_params,
         )
         return fn
 
     return deco
 
 
-def _ensure_loaded() -> None:
-    # Importing the package registers every architecture it defines.
-    import clearsight.models  # noqa: F401
+def unregister_model(name: str) -> None:
+    """Forget architecture `name` (a test's temporary architecture; unknown names are an
+    UnknownNameError)."""
+    if _REGISTRY.pop(name, None) is None:
+        raise UnknownNameError(f"unknown architecture {name!r}")
 
 
 def get_spec(name: str) -> ModelSpec:
-    _ensure_loaded()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -92,7 +101,6 @@ def build_model(name: str, **kwargs: Any) -> nn.Module:
 
 
 def list_specs() -> list[ModelSpec]:
-    _ensure_loaded()
     return [_REGISTRY[k] for k in sorted(_REGISTRY)]
 
 

@@ -13,193 +13,33 @@ first N stages. `last_stages_used` records the stages each image of the last cal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.errors import ClearsightError
+from clearsight.models.contract import RestorationModel, TiledRestore
 from clearsight.models.registry import register_model
+from clearsight.models.rescan_tiled import restore_tiled_stages
+from clearsight.models.rescan_units import NEG_SLOPE, UNIT_CLASSES, SEBlock, State, se_or_identity
 
 UNITS = ("GRU", "LSTM", "RNN", "Conv")
 MODES = ("full", "add")
-SE_HIDDEN = 6  # the official code passes its "reduction" (6) as the hidden width
-NEG_SLOPE = 0.2
-
-State = torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None
+# ONNX Runtime tiles of RESCAN (see `stats_layout`): statistics from at most this many pixels
+# (the Restorer's untiled limit, so a tiled image always takes them from a downscale) and
+# 512-pixel tiles, whose exact halo (83 px at the defaults) costs least at that size.
+ORT_STATS_PIXELS = 512 * 512
+ORT_TILE = 512
 Stages = int | str | None  # None or "all": every trained stage; "auto"; or a count N
-# "auto": stop once a stage changes the image by less than this (mean absolute change, 0-1).
-# Chosen with the bundled default-derain on Rain100L (a speed knob, not model selection):
-# 6e-3 ran 2.67 stages on average at 28.389 dB against 28.353 with all 4 (phase-1 weights;
-# 1e-3 never stopped early there); the shipped weights run 3.17 stages at 28.921 dB against
-# 28.918 (model card).
-DEFAULT_STAGE_THRESHOLD = 6e-3
 
 
 class RescanConfigError(ClearsightError, ValueError):
     """A bad RESCAN constructor argument: a ValueError, and a one-line error for the CLI."""
-
-
-class SEBlock(nn.Module):
-    """Squeeze-and-excitation: per-channel gates from the global mean of the whole map."""
-
-    def __init__(self, channels: int, hidden: int = SE_HIDDEN) -> None:
-        super().__init__()
-        self.fc = nn.Sequential(
-            nn.Linear(channels, hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, channels),
-            nn.Sigmoid(),
-        )
-
-    def gate(self, mean: torch.Tensor) -> torch.Tensor:
-        """[N,C] channel means -> [N,C] scales (shared with the tiled path)."""
-        return self.fc(mean)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.gate(x.mean(dim=(2, 3)))[:, :, None, None]
-
-
-def _se(channels: int, use_se: bool) -> nn.Module:
-    return SEBlock(channels) if use_se else nn.Identity()
-
-
-class _Unit(nn.Module):
-    """Common part of the recurrent units: dilated x-convs, 3x3 h-convs, SE, LeakyReLU."""
-
-    kind = ""
-    x_gates: tuple[str, ...] = ()
-    h_gates: tuple[str, ...] = ()
-    state_halo: int | None = None  # how far the h-path reaches per stage (None: no state)
-    x_extra = 0  # extra reach of the x-path once there is a state (GRU: via r into conv_hn)
-
-    def __init__(
-        self, in_ch: int, out_ch: int, kernel: int = 3, dilation: int = 1, *, use_se: bool = True
-    ) -> None:
-        super().__init__()
-        self.in_ch, self.out_ch, self.kernel, self.dilation = in_ch, out_ch, kernel, dilation
-        pad_x = dilation * (kernel - 1) // 2
-        pad_h = (kernel - 1) // 2
-        for g in self.x_gates:
-            conv = nn.Conv2d(in_ch, out_ch, kernel, padding=pad_x, dilation=dilation)
-            self.add_module(f"conv_x{g}", conv)
-        for g in self.h_gates:
-            self.add_module(f"conv_h{g}", nn.Conv2d(out_ch, out_ch, kernel, padding=pad_h))
-        self.se = _se(out_ch, use_se)
-        self.act = nn.LeakyReLU(NEG_SLOPE)
-
-    def x_convs(self) -> list[nn.Conv2d]:
-        return [getattr(self, f"conv_x{g}") for g in self.x_gates]
-
-    def h_convs(self) -> list[nn.Conv2d]:
-        return [getattr(self, f"conv_h{g}") for g in self.h_gates]
-
-    def _out(self, h: torch.Tensor) -> torch.Tensor:
-        # The post-SE, post-LeakyReLU map is both the unit's output and its state.
-        return self.act(self.se(h))
-
-
-class ConvUnit(_Unit):
-    """A plain dilated conv: no state."""
-
-    kind = "Conv"
-    x_gates = ("",)
-
-    def forward(self, x: torch.Tensor, state: State = None) -> tuple[torch.Tensor, State]:
-        return self._out(self.conv_x(x)), None
-
-
-class RNNUnit(_Unit):
-    """h = tanh(conv_x(x) + conv_h(h_prev))."""
-
-    kind = "RNN"
-    x_gates = ("",)
-    h_gates = ("",)
-    state_halo = 1
-
-    def forward(self, x: torch.Tensor, state: State = None) -> tuple[torch.Tensor, State]:
-        if state is None:
-            h = torch.tanh(self.conv_x(x))
-        else:
-            assert isinstance(state, torch.Tensor)
-            h = torch.tanh(self.conv_x(x) + self.conv_h(state))
-        h = self._out(h)
-        return h, h
-
-
-def _gates(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Several same-shaped gate convs of one input as ONE conv, split back per gate.
-
-    The weights are concatenated into a local on every call (the parameters, their names
-    and the official structure stay as they are); one wide conv is about 20% faster to
-    train on CPU than three narrow ones and equal to float rounding.
-    """
-    c0 = convs[0]
-    w = torch.cat([c.weight for c in convs])
-    b = torch.cat([c.bias for c in convs])
-    y = F.conv2d(x, w, b, padding=c0.padding, dilation=c0.dilation)
-    return y.chunk(len(convs), dim=1)
-
-
-class GRUUnit(_Unit):
-    """Convolutional GRU; the first stage (no state) is h = sigmoid(xz) * tanh(xn)."""
-
-    kind = "GRU"
-    x_gates = ("z", "r", "n")
-    h_gates = ("z", "r", "n")
-    state_halo = 2  # conv_hn(r * h) where r itself comes from the 3x3 conv_hr(h)
-    x_extra = 1  # ... and from conv_xr(x): x reaches dilation + 1 through r
-
-    def forward(self, x: torch.Tensor, state: State = None) -> tuple[torch.Tensor, State]:
-        if state is None:
-            xz, xn = _gates((self.conv_xz, self.conv_xn), x)
-            h = torch.sigmoid(xz) * torch.tanh(xn)
-        else:
-            assert isinstance(state, torch.Tensor)
-            xz, xr, xn = _gates((self.conv_xz, self.conv_xr, self.conv_xn), x)
-            hz, hr = _gates((self.conv_hz, self.conv_hr), state)
-            z = torch.sigmoid(xz + hz)
-            r = torch.sigmoid(xr + hr)
-            n = torch.tanh(xn + self.conv_hn(r * state))
-            h = (1 - z) * state + z * n
-        h = self._out(h)
-        return h, h
-
-
-class LSTMUnit(_Unit):
-    """Convolutional LSTM with the official h = o * c (not o * tanh(c)); state is (h, c)."""
-
-    kind = "LSTM"
-    x_gates = ("f", "i", "o", "j")
-    h_gates = ("f", "i", "o", "j")
-    state_halo = 1  # c_prev is used pointwise and reaches no further than h_prev
-
-    def forward(self, x: torch.Tensor, state: State = None) -> tuple[torch.Tensor, State]:
-        if state is None:
-            xi, xo, xj = _gates((self.conv_xi, self.conv_xo, self.conv_xj), x)
-            i, o, j = torch.sigmoid(xi), torch.sigmoid(xo), torch.tanh(xj)
-            c = i * j
-        else:
-            assert isinstance(state, tuple)
-            h_prev, c_prev = state
-            gx = _gates((self.conv_xf, self.conv_xi, self.conv_xo, self.conv_xj), x)
-            gh = _gates((self.conv_hf, self.conv_hi, self.conv_ho, self.conv_hj), h_prev)
-            f, i, o = (torch.sigmoid(a + b) for a, b in zip(gx[:3], gh[:3], strict=True))
-            j = torch.tanh(gx[3] + gh[3])
-            c = f * c_prev + i * j
-        # Faithful to the official code: h = o * c, without the usual tanh on c.
-        h = self._out(o * c)
-        return h, (h, c)
-
-
-UNIT_CLASSES: dict[str, type[_Unit]] = {
-    "GRU": GRUUnit,
-    "LSTM": LSTMUnit,
-    "RNN": RNNUnit,
-    "Conv": ConvUnit,
-}
 
 
 def _canonical(value: str, options: tuple[str, ...], what: str) -> str:
@@ -227,10 +67,10 @@ def check_stage_threshold(threshold: float) -> float:
     return float(threshold)
 
 
-class RESCAN(nn.Module):
+class RESCAN(RestorationModel):
     """Multi-stage recurrent deraining net; `forward` returns every stage's rain layer."""
 
-    predicts_residual = True  # stage outputs are rain layers: derained = input - rain
+    output_kind = "residual"  # stage outputs are rain layers: derained = input - rain
     pad_multiple = 1
     supports_stages = True  # restore/restore_tiled take stages= and threshold= (Restorer)
 
@@ -261,7 +101,7 @@ class RESCAN(nn.Module):
         self.units = nn.ModuleList(units)
         self.decoder = nn.Sequential(
             nn.Conv2d(channels, channels, 3, padding=1),
-            _se(channels, self.use_se),
+            se_or_identity(channels, self.use_se),
             nn.LeakyReLU(NEG_SLOPE),
             nn.Conv2d(channels, 3, 1),
         )
@@ -424,8 +264,6 @@ class RESCAN(nn.Module):
         differently through float rounding). Records `last_stages_used`. Inference only
         (returns an ordinary tensor).
         """
-        from clearsight.models.rescan_tiled import restore_tiled_stages  # imports this module
-
         n = self._stage_mode(stages)
         y, used = restore_tiled_stages(
             self,
@@ -450,8 +288,10 @@ class RESCAN(nn.Module):
         at every stage after the first: 68 for LSTM/RNN/Conv and 83 for GRU at the defaults.
         Tight: the test perturbs one pixel and sees the output change exactly this far.
         """
-        if self.use_se:
-            return None
+        return None if self.use_se else self._conv_radius()
+
+    def _conv_radius(self) -> int:
+        """The receptive radius of the network's convolutions alone (SE aside)."""
         cls = UNIT_CLASSES[self.unit]
         prev: list[int] = []
         inp, out, prev_out = 0, 0, 0
@@ -469,15 +309,90 @@ class RESCAN(nn.Module):
             prev, prev_out, inp = cur, out, out
         return out
 
+    # -- the contract's hooks for tiling and export ---------------------------------------
+    def tiled_path(self) -> TiledRestore | None:
+        return self.restore_tiled
 
-_VARIANTS: tuple[tuple[str, str, str], ...] = (
-    ("rescan", "GRU", "RESCAN (ECCV 2018), ConvGRU units, 24 ch, 4 stages: 149,823 params"),
-    ("rescan-lstm", "LSTM", "RESCAN with ConvLSTM units (official h = o*c): 197,367 params"),
-    ("rescan-rnn", "RNN", "RESCAN with plain ConvRNN (tanh) units: 54,735 params"),
+    def export_graph(self) -> tuple[nn.Module, list[str]]:
+        """`x - rain` after the last stage (`output`), then after each earlier stage."""
+        return _RescanGraph(self), ["output"] + [f"stage{i}" for i in range(1, self.stages)]
+
+    def stats_layout(self) -> dict[str, Any] | None:
+        """With SE: the SE gates (sigmoid outputs, one per unit and decoder per stage) are
+        shared; the halo is the receptive radius without SE, so ONNX Runtime tiles are exact
+        given the statistics."""
+        if not self.use_se:
+            return None
+        return {
+            "kind": "rescan-se-gates",
+            "sites": self.stages * (len(self.units) + 1),
+            "channels": self.channels,
+            "halo": self._conv_radius(),
+            "blend": 0,
+            "exact_given_stats": True,
+            "stats_pixels": ORT_STATS_PIXELS,
+            "default_tile": ORT_TILE,
+        }
+
+    @contextlib.contextmanager
+    def global_stats_hooks(
+        self, shared: torch.Tensor | None = None
+    ) -> Iterator[list[torch.Tensor]]:
+        """Every SE block records its gate (or takes `shared[:, k]`, k in call order)."""
+        rec: list[torch.Tensor] = []
+        blocks = [m for m in self.modules() if isinstance(m, SEBlock)]
+        calls = [0]
+
+        def se_forward(se: SEBlock, x: torch.Tensor) -> torch.Tensor:
+            if shared is None:
+                g = se.gate(x.mean(dim=(2, 3)))
+                rec.append(g)
+            else:
+                g = shared[:, calls[0]]
+            calls[0] += 1
+            return x * g[:, :, None, None]
+
+        for se in blocks:
+            se.forward = types.MethodType(se_forward, se)  # an instance attribute, removed below
+        try:
+            yield rec
+        finally:
+            for se in blocks:
+                del se.forward
+
+
+class _RescanGraph(nn.Module):
+    """RESCAN's restore for export: `x - rain` after the last stage, then each earlier one."""
+
+    def __init__(self, model: RESCAN) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        rains = self.model._run(x, self.model.stages)
+        return (x - rains[-1], *(x - r for r in rains[:-1]))
+
+
+# name, unit, description, parameter count of the official code at the default arguments
+_VARIANTS: tuple[tuple[str, str, str, int], ...] = (
+    (
+        "rescan",
+        "GRU",
+        "RESCAN (ECCV 2018), ConvGRU units, 24 ch, 4 stages: 149,823 params",
+        149_823,
+    ),
+    (
+        "rescan-lstm",
+        "LSTM",
+        "RESCAN with ConvLSTM units (official h = o*c): 197,367 params",
+        197_367,
+    ),
+    ("rescan-rnn", "RNN", "RESCAN with plain ConvRNN (tanh) units: 54,735 params", 54_735),
     (
         "rescan-conv",
         "Conv",
         "RESCAN with stateless conv units (no recurrence across stages): 28,695 params",
+        28_695,
     ),
 )
 
@@ -502,7 +417,11 @@ def _builder(default_unit: str, description: str) -> Callable[..., RESCAN]:
     return build
 
 
-for _name, _unit, _description in _VARIANTS:
-    register_model(_name, task="derain", description=_description, metric_preset="y-matlab")(
-        _builder(_unit, _description)
-    )
+for _name, _unit, _description, _params in _VARIANTS:
+    register_model(
+        _name,
+        task="derain",
+        description=_description,
+        metric_preset="y-matlab",
+        reference_params=_params,
+    )(_builder(_unit, _description))

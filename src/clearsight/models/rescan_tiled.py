@@ -30,18 +30,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from clearsight.models.rescan import NEG_SLOPE, RESCAN, SEBlock, _Unit
+from clearsight.models.rescan_units import NEG_SLOPE, RecurrentUnit, SEBlock
+from clearsight.tiling import Progress, grid_spans
 
-Progress = Callable[[int, int], None]
 CL = torch.channels_last
 # Tiles run on this many worker threads on CPU (None: torch's intra-op thread count);
 # 1 runs them one after another on torch's own intra-op threads.
 TILE_WORKERS: int | None = None
 Where = tuple[int, int, int, int]  # a tile's core: y0, y1, x0, x1
+
+
+class RescanNet(Protocol):
+    """What the tiled path reads of a `RESCAN` (a structural type, so this module does not
+    import the network that calls it)."""
+
+    unit: str
+    mode: str
+    channels: int
+    stages: int
+    units: nn.ModuleList
+    decoder: nn.Sequential
 
 
 class _Conv:
@@ -74,13 +88,6 @@ def _scaled(w: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
     return w if scale is None else w * scale[None, :, None, None].to(w.dtype)
 
 
-def _spans(length: int, tile: int) -> list[tuple[int, int]]:
-    """Core intervals of a regular grid covering [0, length), sizes equalised."""
-    n = max(1, -(-length // tile))
-    step = -(-length // n)
-    return [(s, min(s + step, length)) for s in range(0, length, step)]
-
-
 def _tanh_from_sigmoid_(t: torch.Tensor) -> torch.Tensor:
     """In place: t = sigmoid(2u) -> tanh(u) = 2 t - 1."""
     return t.mul_(2.0).sub_(1.0)
@@ -91,7 +98,7 @@ class _UnitPlan:
 
     def __init__(
         self,
-        unit: _Unit,
+        unit: RecurrentUnit,
         first: bool,
         x_scale: torch.Tensor | None,
         h_scale: torch.Tensor | None,
@@ -303,7 +310,7 @@ def _rain_tile(
 
 @torch.inference_mode()
 def _restore_one(
-    model: RESCAN,
+    model: RescanNet,
     image: torch.Tensor,
     runner: _Tiles,
     stages: int,
@@ -361,7 +368,7 @@ def _restore_one(
 
 
 def restore_tiled(
-    model: RESCAN,
+    model: RescanNet,
     x: torch.Tensor,
     *,
     tile: int = 128,
@@ -378,7 +385,7 @@ def restore_tiled(
 
 
 def restore_tiled_stages(
-    model: RESCAN,
+    model: RescanNet,
     x: torch.Tensor,
     *,
     tile: int = 128,
@@ -399,7 +406,8 @@ def restore_tiled_stages(
     if not 1 <= stages <= model.stages:
         raise ValueError(f"stages must be in 1..{model.stages}, got {stages}")
     h, w = x.shape[-2:]
-    tiles = [(y0, y1, x0, x1) for y0, y1 in _spans(h, int(tile)) for x0, x1 in _spans(w, int(tile))]
+    rows, cols = grid_spans(h, int(tile)), grid_spans(w, int(tile))
+    tiles = [(y0, y1, x0, x1) for y0, y1 in rows for x0, x1 in cols]
     total = x.shape[0] * stages * (len(model.units) + 2) * len(tiles)
     done = 0
 

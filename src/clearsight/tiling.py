@@ -1,5 +1,8 @@
 """Overlapping tiles with blended seams, for models without an exact tiled path of their own.
 
+Below both the models (MBCNN's and RESCAN's tiled paths) and the engine, which all use it;
+it imports nothing of the package.
+
 Each tile is the core of a regular grid plus `halo` pixels of real image context on every
 side that is not the image border. Its output is kept over the core widened by `blend`
 pixels and blended with its neighbours by a linear ramp. When `halo - blend` covers the
@@ -17,8 +20,8 @@ import torch
 Progress = Callable[[int, int], None]
 
 
-def _spans(length: int, tile: int) -> list[tuple[int, int]]:
-    """Core intervals of a regular grid covering [0, length)."""
+def grid_spans(length: int, tile: int) -> list[tuple[int, int]]:
+    """Core intervals of a regular grid covering [0, length), sizes equalised."""
     n = max(1, -(-length // tile))
     step = -(-length // n)  # equalised core sizes, none smaller than needed
     return [(s, min(s + step, length)) for s in range(0, length, step)]
@@ -50,7 +53,7 @@ def tiled_apply(
         raise ValueError(f"tile must be >= 1, got {tile}")
     blend = max(0, min(blend, halo))
     _, _, h, w = x.shape
-    rows, cols = _spans(h, tile), _spans(w, tile)
+    rows, cols = grid_spans(h, tile), grid_spans(w, tile)
     total, done = len(rows) * len(cols), 0
     out: torch.Tensor | None = None
     weight = torch.zeros(1, 1, h, w, device=x.device, dtype=x.dtype)

@@ -19,7 +19,6 @@ one run and at most two images (for tests).
 from __future__ import annotations
 
 import copy
-import io
 import os
 import tempfile
 import warnings
@@ -153,14 +152,3 @@ def benchmark_model(
             lat[f"{s}x{s}"] = time_restorer(variant, [(s, s)], runs)[0]["latency_ms"]
         report.rows.append(BenchRow(name, mb, params, macs, psnr, diff, lat, note))
     return report
-
-
-def format_text(report: BenchmarkReport) -> str:
-    """A plain-text rendering (benchmark scripts and logs)."""
-    buf = io.StringIO()
-    sizes = list(report.rows[0].latency_ms) if report.rows else []
-    head = ["format", "size MB", "params", "MACs/px", "PSNR", "dPSNR"] + [f"{s} ms" for s in sizes]
-    buf.write(" | ".join(head) + "\n")
-    for r in report.rows:
-        buf.write(" | ".join(r.cells(sizes)) + "\n")
-    return buf.getvalue()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from clearsight.artifact import ModelConfig, load_artifact, make_config
 from clearsight.errors import UnknownNameError
+from clearsight.models.contract import as_restoration_model
 from clearsight.models.registry import build_model, count_parameters, get_spec, list_specs
 from clearsight.preprocess import PreprocessSpec
 
@@ -128,7 +128,7 @@ def _loss(y: Any) -> torch.Tensor:
 
 
 def _sample(model: nn.Module, spec: PreprocessSpec | None, size: int) -> torch.Tensor:
-    m = max(int(getattr(model, "pad_multiple", 1) or 1), spec.pad_multiple if spec else 1)
+    m = max(as_restoration_model(model).pad_multiple, spec.pad_multiple if spec else 1)
     side = m * max(1, math.ceil(size / m))
     gen = torch.Generator().manual_seed(0)
     return torch.rand(2, 3, side, side, generator=gen)
@@ -242,15 +242,14 @@ def _reachable_parameters(loss: torch.Tensor) -> set[int]:
 
 
 def _official_count(architecture: str, arch_args: dict[str, Any]) -> int | None:
-    """The registry description's 'N params' figure, when the default arguments are used."""
+    """The registry's reference parameter count, when the default arguments are used."""
     try:
         spec = get_spec(architecture)
     except UnknownNameError:
         return None
     if arch_args and arch_args != spec.default_args():
         return None
-    m = re.search(r"([\d,]+) params", spec.description)
-    return int(m.group(1).replace(",", "")) if m else None
+    return spec.reference_params
 
 
 def check_structure(
@@ -376,7 +375,7 @@ def check_preprocessing(
     if not isinstance(spec.pad_multiple, int) or spec.pad_multiple < 1:
         problems.append(f"pad multiple {spec.pad_multiple!r} must be an int >= 1")
     else:
-        own = int(getattr(model, "pad_multiple", 1) or 1)
+        own = as_restoration_model(model).pad_multiple
         a, b = max(own, spec.pad_multiple), min(own, spec.pad_multiple)
         if a % b:
             problems.append(
@@ -389,15 +388,13 @@ def check_preprocessing(
         n_in = mod.in_channels if isinstance(mod, nn.Conv2d) else mod.in_features
         if isinstance(mod, nn.Conv2d) and n_in != 3:
             problems.append(f"the first conv {name} takes {n_in} channels, the spec feeds 3")
-    if not problems and config.task != "detection":
+    if not problems:
         model.eval()
-        restore = getattr(model, "restore", None)
         with torch.no_grad():
-            y = restore(x) if callable(restore) else model(x)
-        outs = _outputs(y)
-        if outs and outs[-1].shape != x.shape:
+            y = as_restoration_model(model).final_output(x)
+        if y.shape != x.shape:
             problems.append(
-                f"input {tuple(x.shape)} gave output {tuple(outs[-1].shape)}: a restoration "
+                f"input {tuple(x.shape)} gave output {tuple(y.shape)}: a restoration "
                 "model must return the size it was given"
             )
     if problems:
