@@ -1,7 +1,7 @@
 """Evaluation: restore every input of a paired set and score it under a named metric preset.
 
-Scores are per image, then averaged (the field's convention, DESIGN.md 2.3); every result
-carries its preset. Latency is measured per image around the model call only.
+Scores are per image, then averaged (the field's convention, docs/architecture.md §3.3);
+every result carries its preset. Latency is measured per image around the model call only.
 """
 
 from __future__ import annotations
