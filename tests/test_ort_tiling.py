@@ -29,6 +29,7 @@ from clearsight.engine.ort_backend import (
 )
 from clearsight.engine.tiling import tiled_apply
 from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx, export_onnx_bytes
+from clearsight.metrics.image_metrics import psnr_from_mse
 from clearsight.models.registry import build_model
 
 SIZE, TILE = 96, 48
@@ -73,8 +74,7 @@ def _image(size: int = SIZE, batch: int = 1) -> torch.Tensor:
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a - b) ** 2).mean())
-    return float("inf") if mse == 0 else 10 * math.log10(1.0 / mse)
+    return psnr_from_mse(float(((a - b) ** 2).mean()), data_range=1.0)
 
 
 def _torch_tiled(lm: LoadedModel, x: torch.Tensor, stats_pixels: int | None) -> torch.Tensor:
