@@ -37,7 +37,7 @@ from clearsight.profile import count_macs
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _tables import median_time, print_table  # noqa: E402 - beside this script
 
-QUOTED_PEAK_GFLOPS = 460.0  # DESIGN.md section 4, the figure issue 7's targets came from
+QUOTED_PEAK_GFLOPS = 460.0  # docs/architecture.md §5.4: the figure issue 7's targets came from
 TARGETS_S = {"rescan": 3.0, "mbcnn": 6.0, "mbcnn-light": 6.0}
 
 

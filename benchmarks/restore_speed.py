@@ -11,9 +11,9 @@ memory is measured in a fresh process.
 Default GRU architecture, random weights (seeded). Latency is the median of `--runs` runs
 after one warm-up run at the same size. Peak memory of the largest size is measured for each
 path in a fresh subprocess: peak RSS (ru_maxrss) minus the peak after imports and model
-build, plus the absolute peak. The official code's figures on this 2-core CPU (DESIGN.md 4)
-are shown for comparison. The load average is printed because the CPU may be shared: a busy
-machine makes every figure slower.
+build, plus the absolute peak. The official code's figures on this 2-core CPU
+(docs/architecture.md §5.4) are shown for comparison. The load average is printed because
+the CPU may be shared: a busy machine makes every figure slower.
 """
 
 from __future__ import annotations
@@ -230,8 +230,9 @@ def main() -> None:
         mem_rows,
     )
     print(
-        f"Official code (DESIGN.md 4, same CPU, 2 threads): 26.1 s at 1024x1024, 2.85 s at 512x512,"
-        f" about {OFFICIAL_PEAK_GB} GB peak. Load average {os.getloadavg()[0]:.2f} at the end."
+        "Official code (docs/architecture.md §5.4, same CPU, 2 threads): "
+        f"26.1 s at 1024x1024, 2.85 s at 512x512, about {OFFICIAL_PEAK_GB} GB peak. "
+        f"Load average {os.getloadavg()[0]:.2f} at the end."
     )
 
 

@@ -90,7 +90,7 @@ class SharedBlock(Good):
 
 
 class ReplacedBlock(Good):
-    """A second block assigned to one name silently replaces the first (a seed baseline)."""
+    """A second block assigned to one name silently replaces the first (a published bug)."""
 
     def __init__(self) -> None:
         super().__init__()

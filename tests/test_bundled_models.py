@@ -13,14 +13,10 @@ from typer.testing import CliRunner
 from clearsight.cli import app
 from clearsight.data.synth_rain import rain_pair
 from clearsight.io import read_image, write_image
+from clearsight.metrics import psnr
 from clearsight.zoo import bundled_models, resolve_model
 
 runner = CliRunner()
-
-
-def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0**2 / mse))
 
 
 @pytest.mark.parametrize(
@@ -64,7 +60,7 @@ def _command_restores_closer(
     assert res.exit_code == 0, res.output
     out = read_image(tmp_path / "out" / "x.png")
     assert out.shape == degraded.shape
-    assert _psnr(out, clean) > _psnr(degraded, clean) + gain_db
+    assert psnr(out, clean) > psnr(degraded, clean) + gain_db
     return res.output
 
 

@@ -774,3 +774,20 @@ def test_tensor_to_image_clips_and_rounds() -> None:
     out = tensor_to_image(t)
     np.testing.assert_array_equal(out[0, :, 0], [0, 0, 0, 1, 255, 255, 0])
     assert out.shape == (1, 7, 3)
+
+
+def test_to_uint8_is_the_one_8_bit_conversion(tmp_path: Path) -> None:
+    levels = np.arange(256, dtype=np.uint8)
+    assert cio.to_uint8(levels) is levels
+    np.testing.assert_array_equal(cio.to_uint8(levels.astype(np.uint16) * 257), levels)
+    # the nearest level, not a shift by 8 bits: 129 goes to 1 (129 >> 8 is 0)
+    mids = np.array([0, 128, 129, 32767, 65407, 65535], dtype=np.uint16)
+    np.testing.assert_array_equal(cio.to_uint8(mids), [0, 0, 1, 127, 255, 255])
+    floats = np.array([-0.5, 0.0, 0.3 / 255, 0.7 / 255, 0.5, 1.0, 2.0, np.nan], np.float32)
+    np.testing.assert_array_equal(cio.to_uint8(floats), [0, 0, 0, 1, 128, 255, 255, 0])
+    with pytest.raises(TypeError, match="int32"):
+        cio.to_uint8(levels.astype(np.int32))
+    # a float image converts to exactly the bytes write_image saves for it
+    img = np.random.default_rng(3).random((9, 11, 3), dtype=np.float32)
+    cio.write_image(tmp_path / "f.png", img)
+    np.testing.assert_array_equal(cio.read_image(tmp_path / "f.png"), cio.to_uint8(img))

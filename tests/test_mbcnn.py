@@ -12,6 +12,7 @@ from torch import nn
 
 from clearsight.engine.inference import InferenceOptions, Restorer
 from clearsight.losses import build_loss, mbcnn_loss, sobel_gradients
+from clearsight.metrics.image_metrics import psnr_from_mse
 from clearsight.models import build_model, get_spec
 from clearsight.models.mbcnn import (
     MBCNN,
@@ -53,8 +54,7 @@ def _tone_varying_image(size: int) -> torch.Tensor:
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor, peak: float = 1.0) -> float:
-    mse = ((a - b) ** 2).mean().item()
-    return float("inf") if mse == 0 else 10 * math.log10(peak * peak / mse)
+    return psnr_from_mse(((a - b) ** 2).mean().item(), data_range=peak)
 
 
 # -- structure ----------------------------------------------------------------------------------

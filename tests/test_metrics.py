@@ -17,6 +17,7 @@ from PIL import Image
 from skimage.metrics import structural_similarity
 
 from clearsight.errors import ClearsightError, PairingError, UnknownNameError
+from clearsight.io import read_image, write_image
 from clearsight.metrics import (
     MS_SSIM_WEIGHTS,
     PRESETS,
@@ -27,6 +28,7 @@ from clearsight.metrics import (
     ms_ssim,
     netdisk_score,
     psnr,
+    psnr_from_mse,
     rgb_to_y,
     ssim,
 )
@@ -299,6 +301,29 @@ def test_prepare_rounds_float_outputs_like_uint8():
     # an output in float and a target in uint8 compare as two uint8 images
     out = np.clip((u8 + rng.uniform(-0.45, 0.45, u8.shape)) / 255.0, 0, 1)
     assert rgb.compute(out, u8)["psnr"] == math.inf
+
+
+def test_prepare_measures_a_float_image_as_it_would_be_saved(tmp_path: Path):
+    # float32 values next to a half level, where float32 and float64 rounding disagree: the
+    # preset must see the levels that write_image stores, so a saved output scores the same
+    k = np.arange(256)
+    edge = ((k + 0.5) / 255).astype(np.float32)
+    near = np.stack([np.nextafter(edge, 0), edge, np.nextafter(edge, 1)], axis=-1)
+    img = np.clip(near, 0, 1).astype(np.float32)[None]  # 1x256x3
+    write_image(tmp_path / "o.png", img)
+    saved = read_image(tmp_path / "o.png")
+    rgb = get_preset("rgb")
+    np.testing.assert_array_equal(rgb.prepare(img), rgb.prepare(saved))
+
+
+def test_psnr_from_mse_is_the_formula_psnr_uses():
+    rng = np.random.default_rng(8)
+    a = rng.integers(0, 256, (8, 9, 3)).astype(np.float64)
+    b = np.clip(a + rng.normal(0, 9, a.shape), 0, 255)
+    assert psnr(a, b) == psnr_from_mse(float(np.mean((a - b) ** 2)))
+    assert psnr_from_mse(100.0) == pytest.approx(10 * math.log10(255.0**2 / 100.0))
+    assert psnr_from_mse(0.01, data_range=1.0) == pytest.approx(20.0)
+    assert psnr_from_mse(0.0) == math.inf
 
 
 def test_prepare_reduces_uint16_to_uint8():

@@ -21,6 +21,7 @@ from clearsight.artifact import LoadedModel, make_config
 from clearsight.engine.inference import InferenceOptions, Restorer
 from clearsight.engine.ort_backend import OrtModel, UntiledWarning, derive_graph, load_onnx
 from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx, export_onnx_bytes
+from clearsight.metrics.image_metrics import psnr_from_mse
 from clearsight.models.registry import build_model
 from clearsight.onnx_meta import EXPORT_KEY, STATS_INPUT
 from clearsight.tiling import tiled_apply
@@ -67,8 +68,7 @@ def _image(size: int = SIZE, batch: int = 1) -> torch.Tensor:
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a - b) ** 2).mean())
-    return float("inf") if mse == 0 else 10 * math.log10(1.0 / mse)
+    return psnr_from_mse(float(((a - b) ** 2).mean()), data_range=1.0)
 
 
 def _torch_tiled(lm: LoadedModel, x: torch.Tensor, stats_pixels: int | None) -> torch.Tensor:

@@ -51,12 +51,12 @@ def test_mac_count_by_hand():
 
 def test_rescan_macs_per_pixel_match_design_figure():
     per_px = count_macs(build_model("rescan").eval(), 64, 64).per_pixel
-    assert abs(per_px - 489.5e3) < 100  # DESIGN.md 4: 489.5 k MACs per pixel
+    assert abs(per_px - 489.5e3) < 100  # docs/architecture.md §5.2: 489.5 k MACs per pixel
 
 
 def test_mbcnn_macs_per_pixel_near_design_figure():
     per_px = count_macs(build_model("mbcnn").eval(), 64, 64).per_pixel
-    assert abs(per_px - 1022e3) / 1022e3 < 0.01  # DESIGN.md 4: about 1,022 k
+    assert abs(per_px - 1022e3) / 1022e3 < 0.01  # docs/architecture.md §5.2: about 1,022 k
 
 
 def _tiny() -> LoadedModel:

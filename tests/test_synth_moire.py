@@ -11,6 +11,7 @@ from clearsight.cli import app
 from clearsight.data.pairs import find_pairs
 from clearsight.data.synth_moire import MoireConfig, pair_seed, synthesize_moire
 from clearsight.io import read_image, write_image
+from clearsight.metrics import psnr
 
 
 def _clean(h: int = 96, w: int = 128, seed: int = 0) -> np.ndarray:
@@ -23,11 +24,6 @@ def _clean(h: int = 96, w: int = 128, seed: int = 0) -> np.ndarray:
         img += 0.2 * np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (0.02 + 0.05 * r))[..., None]
     img += rng.normal(0, 0.01, img.shape)
     return np.clip(np.rint(img * 255), 0, 255).astype(np.uint8)
-
-
-def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
-    return float(10 * np.log10(255.0**2 / mse))
 
 
 def _peakiness(img: np.ndarray) -> float:
@@ -52,7 +48,7 @@ def test_pair_is_same_size_moired_periodic_and_aligned(seed):
     assert moire.shape == target.shape == clean.shape
     assert moire.dtype == target.dtype == np.uint8
     assert np.array_equal(target, clean)  # default: the target is the clean image itself
-    assert 15.0 < _psnr(moire, target) < 30.0
+    assert 15.0 < psnr(moire, target) < 30.0
     assert _peakiness(moire) > 10 * _peakiness(target)
     assert np.corrcoef(_lowpass(moire), _lowpass(target))[0, 1] > 0.95
 
@@ -72,7 +68,7 @@ def test_match_tone_applies_the_capture_tone_to_the_target():
     assert not np.array_equal(target, clean)
     plain_moire, _ = synthesize_moire(clean, pair_seed(0, "a", 0))
     assert np.array_equal(moire, plain_moire)  # same draws, only the target changes
-    assert _psnr(moire, target) > _psnr(moire, clean) - 1.0
+    assert psnr(moire, target) > psnr(moire, clean) - 1.0
 
 
 def test_bad_inputs_are_clear_errors():

@@ -18,7 +18,8 @@ from clearsight.data.synth_rain import (
     synthesize_rain,
 )
 from clearsight.io import read_image, write_image
-from tests.test_synth_moire import _clean, _psnr
+from clearsight.metrics import psnr
+from tests.test_synth_moire import _clean
 
 
 def test_same_seed_same_rain_other_seed_other_rain():
@@ -67,12 +68,8 @@ def test_streaks_follow_the_angle():
 
 def test_heavy_rain_hazes_and_costs_more_psnr_than_light():
     clean = _clean(96, 128)
-    light = [
-        _psnr(synthesize_rain(clean, np.random.default_rng(s), LIGHT), clean) for s in range(4)
-    ]
-    heavy = [
-        _psnr(synthesize_rain(clean, np.random.default_rng(s), HEAVY), clean) for s in range(4)
-    ]
+    light = [psnr(synthesize_rain(clean, np.random.default_rng(s), LIGHT), clean) for s in range(4)]
+    heavy = [psnr(synthesize_rain(clean, np.random.default_rng(s), HEAVY), clean) for s in range(4)]
     assert max(heavy) < min(light)
 
 
@@ -96,7 +93,7 @@ def test_presets_are_calibrated_against_the_real_benchmarks(shared_data):
         scores = []
         for f in files:
             clean = read_image(f)
-            scores.append(_psnr(rain_pair(clean, 0, f.name, 0, preset), clean))
+            scores.append(psnr(rain_pair(clean, 0, f.name, 0, preset), clean))
         means[preset] = float(np.mean(scores))
     assert abs(means["light"] - 25.5) < 1.0, means
     assert abs(means["heavy"] - 12.0) < 1.0, means

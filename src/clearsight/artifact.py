@@ -1,4 +1,4 @@
-"""Self-describing model artifacts (DESIGN.md 2.1).
+"""Self-describing model artifacts (docs/architecture.md §3.1).
 
 An artifact is a folder holding `model.safetensors` and `config.json`, or one
 `.safetensors` file whose metadata carries the same JSON. The config names the

@@ -44,6 +44,7 @@ __all__ = [
     "read_image",
     "resolve_max_pixels",
     "tensor_to_image",
+    "to_uint8",
     "write_image",
 ]
 
@@ -504,17 +505,33 @@ def _float_to_int(arr: np.ndarray, dtype: type[np.integer[Any]]) -> np.ndarray:
     return work.astype(dtype)
 
 
+def to_uint8(img: np.ndarray) -> np.ndarray:
+    """An image's pixels as uint8: the one 16-bit/float to 8-bit conversion of the project.
+
+    uint8 is returned as is; uint16 goes to the nearest 8-bit level, `rint(x / 257)`, so that
+    65535 -> 255 and 257 * k -> k exactly (a shift by 8 bits would truncate instead); floats
+    are taken as [0, 1], clipped, scaled by 255 and rounded, as `write_image` saves them (NaN
+    becomes 0). Evaluation, metric presets, the data audit and synthesis all convert here, so
+    a 16-bit target scores the same as the 8-bit file it would be saved as.
+    """
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype == np.uint16:
+        return np.rint(img / 257.0).astype(np.uint8)
+    if img.dtype.kind == "f":
+        return _float_to_int(img, np.uint8)
+    raise TypeError(f"expected uint8, uint16 or float image data, got {img.dtype}")
+
+
 def _quantise(arr: np.ndarray, bit_depth: int | None) -> np.ndarray:
     """Convert to uint8/uint16 for the requested bit depth (default: keep integer depth)."""
-    if arr.dtype.kind == "f":
-        return _float_to_int(arr, np.uint16 if bit_depth == 16 else np.uint8)
-    if arr.dtype == np.uint8:
-        return arr.astype(np.uint16) * 257 if bit_depth == 16 else arr
-    if arr.dtype == np.uint16:
-        if bit_depth == 8:
-            return np.rint(arr / 257.0).astype(np.uint8)
+    if arr.dtype.kind == "f" and bit_depth == 16:
+        return _float_to_int(arr, np.uint16)
+    if arr.dtype == np.uint8 and bit_depth == 16:
+        return arr.astype(np.uint16) * 257
+    if arr.dtype == np.uint16 and bit_depth != 8:
         return arr
-    raise TypeError(f"expected uint8, uint16 or float image data, got {arr.dtype}")
+    return to_uint8(arr)
 
 
 def write_image(

@@ -1,4 +1,4 @@
-"""`clearsight audit`: checks that catch the field's known model bugs (DESIGN.md 2.5, 2.6, 5).
+"""`clearsight audit`: checks that catch the field's known model bugs (docs/architecture.md §6).
 
 Each check builds a fresh copy of the model (same seed) so that one check's damage cannot
 hide or cause another's failure:

@@ -1,7 +1,7 @@
 """The preprocessing spec: stored once in every artifact, read by every consumer.
 
 Training, evaluation, inference and export all take colour order, value range,
-normalisation and padding from here; none of them re-declares it (DESIGN.md 2.2).
+normalisation and padding from here; none of them re-declares it (docs/architecture.md §3.2).
 """
 
 from __future__ import annotations

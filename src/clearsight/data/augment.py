@@ -1,9 +1,9 @@
 """Joint augmentation for paired restoration data: one draw, applied to input and target alike.
 
-A seed baseline flipped the input and its label independently, which teaches a network to
-undo flips instead of rain (DESIGN 2.4). Here the crop window, flip and rotation are drawn
-once (`draw_params`) and the same `PairDraw` is applied to both images (`apply_draw`), so
-the two can only move together.
+A published baseline flipped the input and its label independently, which teaches a network
+to undo flips instead of rain (docs/architecture.md §6). Here the crop window, flip and
+rotation are drawn once (`draw_params`) and the same `PairDraw` is applied to both images
+(`apply_draw`), so the two can only move together.
 
 Randomness comes from an explicit `torch.Generator` seeded by `make_generator(seed, epoch,
 index)`: the draw for one sample is a pure function of those three numbers. It does not depend

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from clearsight.data.pairs import ImagePair
+from clearsight.io import to_uint8
+from clearsight.metrics.image_metrics import psnr_from_mse
 
 SHIFT_RADIUS = 4
 SHIFT_CROP = 160
@@ -93,10 +95,6 @@ class ContentReport:
         )
 
 
-def _psnr(mse: float) -> float:
-    return math.inf if mse <= 0 else 10.0 * math.log10(255.0**2 / mse)
-
-
 def _mse(a: np.ndarray, b: np.ndarray) -> float:
     d = a.astype(np.float32) - b.astype(np.float32)
     return float(np.mean(d * d))
@@ -126,17 +124,13 @@ def best_shift(
                 zero_mse = mse
             if mse < best_mse - 1e-9 or (mse <= best_mse + 1e-9 and (dy, dx) == (0, 0)):
                 best, best_mse = (dy, dx), mse
-    return best, _psnr(zero_mse), _psnr(best_mse)
+    return best, psnr_from_mse(zero_mse), psnr_from_mse(best_mse)
 
 
 def _digest(img: np.ndarray) -> str:
     h = hashlib.sha1(str(img.shape).encode())
     h.update(np.ascontiguousarray(img).tobytes())
     return h.hexdigest()
-
-
-def _uint8(img: np.ndarray) -> np.ndarray:
-    return np.rint(img / 257.0).astype(np.uint8) if img.dtype == np.uint16 else img
 
 
 def audit_pairs(
@@ -155,17 +149,17 @@ def audit_pairs(
     for pair in pairs:
         if pair.input not in arrays or pair.target not in arrays:
             continue
-        inp, tgt = _uint8(arrays[pair.input]), _uint8(arrays[pair.target])
+        inp, tgt = to_uint8(arrays[pair.input]), to_uint8(arrays[pair.target])
         if inp.shape != tgt.shape:
             continue
         report.checked += 1
         if np.array_equal(inp, tgt):
             report.identical.append(pair)
             continue
-        psnr = _psnr(_mse(inp, tgt))
+        psnr = psnr_from_mse(_mse(inp, tgt))
         if psnr < psnr_floor:
             report.low_psnr.append((pair, psnr))
-        swapped = _psnr(_mse(inp[..., ::-1], tgt))
+        swapped = psnr_from_mse(_mse(inp[..., ::-1], tgt))
         if swapped - psnr >= SWAP_GAIN_DB:
             report.colour_swapped.append((pair, psnr, swapped))
         shift, at_zero, shifted = best_shift(inp, tgt)

@@ -38,9 +38,9 @@ from torch.utils.data import Dataset
 
 from clearsight.data.augment import check_patch_fits, make_generator, paired_augment, to_tensor
 from clearsight.data.data_audit import DEFAULT_PSNR_FLOOR, ContentReport, audit_pairs
-from clearsight.data.pairs import ImagePair, detect_layout
+from clearsight.data.pairs import ImagePair, NameMap, pair_folders, scan_pairs
 from clearsight.errors import ClearsightError, ImageReadError, PairingError
-from clearsight.io import IMAGE_EXTENSIONS, image_size, list_images, read_image
+from clearsight.io import image_size, list_images, read_image
 
 __all__ = [
     "DataReport",
@@ -53,7 +53,6 @@ __all__ = [
 
 CacheMode = Literal["memory", "none"]
 Order = Literal["clean-rain", "rain-clean"]
-NameMap = Callable[[str], str] | str
 Size = tuple[int, int]  # (width, height)
 
 ORDER_MARGIN = 1.25
@@ -255,61 +254,6 @@ def _inspect(
     return sizes, bad, arrays
 
 
-def _name_mapper(name_map: NameMap | None) -> Callable[[str], str]:
-    """Input stem -> target stem. A string is a format with `{stem}`, e.g. 'no{stem}'."""
-    if name_map is None:
-        return lambda stem: stem
-    if isinstance(name_map, str):
-        fmt = name_map
-        try:
-            fmt.format(stem="x")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise ClearsightError(
-                f"name map {fmt!r} is not a valid format: use {{stem}} for the input's name, "
-                f"e.g. 'no{{stem}}' maps rain-001 to norain-001 ({exc})"
-            ) from None
-        if "{stem}" not in fmt:
-            raise ClearsightError(f"name map {fmt!r} must contain {{stem}}, e.g. 'no{{stem}}'")
-        return lambda stem: fmt.format(stem=stem)
-    if callable(name_map):
-        return name_map
-    raise ClearsightError(f"name_map must be a callable or a format string, got {name_map!r}")
-
-
-def _strip_image_suffix(name: str) -> str:
-    """'norain-001.png' -> 'norain-001'; a mapping may give the target's full file name."""
-    stem, dot, ext = name.rpartition(".")
-    return stem if dot and f".{ext.lower()}" in IMAGE_EXTENSIONS else name
-
-
-def _images_by_stem(folder: Path) -> tuple[dict[str, Path], list[tuple[Path, Path]]]:
-    """Image files of `folder` by stem (hidden files skipped), and stems used twice."""
-    found: dict[str, Path] = {}
-    dups: list[tuple[Path, Path]] = []
-    for p in sorted(folder.iterdir()):
-        if p.name.startswith(".") or p.suffix.lower() not in IMAGE_EXTENSIONS or not p.is_file():
-            continue
-        if p.stem in found:
-            dups.append((found[p.stem], p))
-        else:
-            found[p.stem] = p
-    return found, dups
-
-
-def _folders(root: Path, input_dir: str | None, target_dir: str | None) -> tuple[Path, Path]:
-    if not (input_dir or target_dir):
-        return detect_layout(root)
-    if not (input_dir and target_dir):
-        raise PairingError("give both the input and the target folder names, or neither")
-    if not root.is_dir():
-        raise PairingError(f"data folder not found: {root}")
-    inp, tgt = root / input_dir, root / target_dir
-    for d in (inp, tgt):
-        if not d.is_dir():
-            raise PairingError(f"folder not found: {d}")
-    return inp, tgt
-
-
 def _scan_folders(
     root: str | os.PathLike[str],
     input_dir: str | None,
@@ -318,10 +262,8 @@ def _scan_folders(
     decode: bool,
 ) -> tuple[DataReport, dict[Path, Size], dict[Path, np.ndarray]]:
     root_p = Path(root)
-    inp_dir, tgt_dir = _folders(root_p, input_dir, target_dir)
-    to_target = _name_mapper(name_map)
-    inputs, dup_in = _images_by_stem(inp_dir)
-    targets, dup_tgt = _images_by_stem(tgt_dir)
+    inp_dir, tgt_dir = pair_folders(root_p, input_dir, target_dir)
+    scan = scan_pairs(inp_dir, tgt_dir, name_map)
     layout = f"{inp_dir.name}/ -> {tgt_dir.name}/"
     if name_map is not None:
         layout += f" (names mapped by {name_map if isinstance(name_map, str) else 'a function'})"
@@ -333,23 +275,15 @@ def _scan_folders(
     report = DataReport(
         root=str(root_p),
         layout=layout,
-        n_inputs=len(inputs),
-        n_targets=len(targets),
-        duplicates=dup_in + dup_tgt,
+        pairs=scan.pairs,
+        n_inputs=scan.n_inputs,
+        n_targets=scan.n_targets,
+        unmatched_inputs=scan.unmatched_inputs,
+        unmatched_targets=scan.unmatched_targets,
+        duplicates=scan.duplicates,
         command=shlex.join(command),
         target_folder=str(tgt_dir),
     )
-    used: set[str] = set()
-    for stem, path in sorted(inputs.items()):
-        want = _strip_image_suffix(str(to_target(stem)))
-        if want in targets:
-            used.add(want)
-            report.pairs.append(ImagePair(name=stem, input=path, target=targets[want]))
-        else:
-            report.unmatched_inputs.append((path, want))
-    report.unmatched_targets = [p for s, p in sorted(targets.items()) if s not in used]
-    if not inputs and not targets:
-        raise PairingError(f"{root_p}: no images in {inp_dir.name}/ and {tgt_dir.name}/")
     # A target may serve several inputs (e.g. many rain renderings of one clean image):
     # each file is inspected and cached once.
     files = list(dict.fromkeys(f for pr in report.pairs for f in (pr.input, pr.target)))

@@ -50,9 +50,6 @@ def synth_sources(clean_dir: Path, out: Path, per_image: int, degraded: str) -> 
 
 def read_as_uint8(path: Path, max_pixels: int | None) -> np.ndarray:
     """The image at `path` as 8-bit RGB (16-bit sources are synthesised at 8 bits)."""
-    from clearsight.io import read_image
+    from clearsight.io import read_image, to_uint8
 
-    img = read_image(path, max_pixels=max_pixels)
-    if img.dtype != np.uint8:
-        img = np.clip(np.rint(img.astype(np.float64) / 257.0), 0, 255).astype(np.uint8)
-    return img
+    return to_uint8(read_image(path, max_pixels=max_pixels))

@@ -46,6 +46,7 @@ from clearsight.data.synth_common import (
     read_as_uint8,
     synth_sources,
 )
+from clearsight.metrics.image_metrics import psnr_from_mse
 
 PRESETS = ("light", "heavy", "mixed")
 MIXED_LIGHT_FRACTION = 3 / 4
@@ -211,7 +212,7 @@ def rain_layer_stats(rainy: np.ndarray, clean: np.ndarray) -> dict[str, float]:
 
     p90, p99 = np.percentile(g * 255.0, [90, 99])
     return {
-        "psnr": float(10 * np.log10(1.0 / max(float(np.mean(d**2)), 1e-12))),
+        "psnr": psnr_from_mse(max(float(np.mean(d**2)), 1e-12), data_range=1.0),
         "covered": float(mask.mean()),
         "p90": float(p90),
         "p99": float(p99),

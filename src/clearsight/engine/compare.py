@@ -1,8 +1,9 @@
 """Comparing two models image by image under one metric preset.
 
-Averages hide where a model fails (DESIGN.md 5): `compare` evaluates both models on the same
-pairs under the same preset and keeps, for every image, B's score minus A's, so the largest
-gains and losses, and how many images got better, worse or stayed equal, can be shown.
+Averages hide where a model fails (docs/architecture.md §6): `compare` evaluates both models
+on the same pairs under the same preset and keeps, for every image, B's score minus A's, so
+the largest gains and losses, and how many images got better, worse or stayed equal, can be
+shown.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Evaluation: restore every input of a paired set and score it under a named metric preset.
 
-Scores are per image, then averaged (the field's convention, DESIGN.md 2.3); every result
-carries its preset. Latency is measured per image around the model call only.
+Scores are per image, then averaged (the field's convention, docs/architecture.md §3.3);
+every result carries its preset. Latency is measured per image around the model call only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from clearsight.atomic import atomic_write_text
 from clearsight.data.pairs import ImagePair
 from clearsight.engine.inference import Restorer
 from clearsight.errors import PairingError
-from clearsight.io import image_to_tensor, read_image, tensor_to_image, write_image
+from clearsight.io import image_to_tensor, read_image, tensor_to_image, to_uint8, write_image
 from clearsight.metrics.presets import MetricPreset
 
 
@@ -124,12 +124,6 @@ def _finite_or_none(v: float) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _as_uint8(img: np.ndarray) -> np.ndarray:
-    if img.dtype == np.uint16:
-        return np.clip(np.rint(img / 257.0), 0, 255).astype(np.uint8)
-    return img
-
-
 def evaluate(
     restorer: Restorer,
     pairs: Sequence[ImagePair],
@@ -160,7 +154,7 @@ def evaluate(
             )
         out, latency = restorer.timed_restore(image_to_tensor(inp))
         out_img = tensor_to_image(out, dtype=np.uint8)
-        metrics = preset.compute(out_img, _as_uint8(tgt), ms_ssim=ms_ssim)
+        metrics = preset.compute(out_img, to_uint8(tgt), ms_ssim=ms_ssim)
         used = restorer.last_stages_used if restorer.options.stages != "all" else None
         stages = float(used[0]) if used else None
         r = ImageResult(name=pair.name, metrics=metrics, latency_ms=latency, stages=stages)
@@ -168,7 +162,7 @@ def evaluate(
         if save_dir is not None:
             write_image(Path(save_dir) / f"{pair.name}.png", out_img)
         if on_images is not None:
-            on_images(r, _as_uint8(inp), out_img, _as_uint8(tgt))
+            on_images(r, to_uint8(inp), out_img, to_uint8(tgt))
         if on_image is not None:
             on_image(r)
     return result

@@ -1,4 +1,4 @@
-"""Restoring images of any size: same size out, never resized (DESIGN.md 2.7).
+"""Restoring images of any size: same size out, never resized (docs/architecture.md §6).
 
 `Restorer` wraps a loaded model with its preprocessing spec. Inputs are padded to the
 model's multiple and cropped back; images above a pixel budget are tiled (the model's own

@@ -5,7 +5,14 @@ Metric numbers are only comparable under one convention; see `clearsight.metrics
 
 from clearsight.metrics._errors import MetricInputError, ShapeMismatchError
 from clearsight.metrics.color import rgb_to_y
-from clearsight.metrics.image_metrics import MS_SSIM_MIN_SIDE, MS_SSIM_WEIGHTS, ms_ssim, psnr, ssim
+from clearsight.metrics.image_metrics import (
+    MS_SSIM_MIN_SIDE,
+    MS_SSIM_WEIGHTS,
+    ms_ssim,
+    psnr,
+    psnr_from_mse,
+    ssim,
+)
 from clearsight.metrics.presets import PRESETS, MetricPreset, get_preset, netdisk_score
 
 __all__ = [
@@ -19,6 +26,7 @@ __all__ = [
     "ms_ssim",
     "netdisk_score",
     "psnr",
+    "psnr_from_mse",
     "rgb_to_y",
     "ssim",
 ]

@@ -54,13 +54,19 @@ def _gaussian_window() -> np.ndarray:
 _WINDOW = _gaussian_window()
 
 
+def psnr_from_mse(mse: float, data_range: float = 255.0) -> float:
+    """PSNR in dB of a mean squared error at peak `data_range`; inf for an error of 0.
+
+    The one PSNR formula: `psnr` measures through it, and so does code that already has
+    the error (the data audit's shifted comparisons, the rain synthesiser's statistics).
+    """
+    return math.inf if mse <= 0.0 else 10.0 * math.log10(data_range**2 / mse)
+
+
 def psnr(a: np.ndarray, b: np.ndarray, data_range: float = 255.0) -> float:
     """Peak signal-to-noise ratio in dB over all pixels and channels; inf for identical images."""
     a, b = _check_pair(a, b, "psnr")
-    mse = float(np.mean(np.square(a - b)))
-    if mse == 0.0:
-        return math.inf
-    return 10.0 * math.log10(data_range**2 / mse)
+    return psnr_from_mse(float(np.mean(np.square(a - b))), data_range)
 
 
 def ssim(a: np.ndarray, b: np.ndarray, data_range: float = 255.0) -> float:

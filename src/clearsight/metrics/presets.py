@@ -23,6 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from clearsight.errors import UnknownNameError
+from clearsight.io import to_uint8
 from clearsight.metrics._errors import MetricInputError, ShapeMismatchError
 from clearsight.metrics.color import rgb_to_y
 from clearsight.metrics.image_metrics import ms_ssim as ms_ssim_index
@@ -93,19 +94,13 @@ class MetricPreset:
         arr = np.asarray(img)
         if arr.ndim != 3 or arr.shape[2] != 3:
             raise MetricInputError(f"expected an HxWx3 RGB image, got shape {arr.shape}")
-        if arr.dtype == np.uint8:
-            rgb = arr.astype(np.float64)
-        elif arr.dtype == np.uint16:
-            rgb = np.rint(arr / 257.0)  # 65535 -> 255 exactly
-        elif np.issubdtype(arr.dtype, np.floating):
-            x = arr.astype(np.float64)
-            if not np.isfinite(x).all():
-                raise MetricInputError("image contains NaN or infinite values")
-            rgb = np.clip(np.rint(x * PEAK), 0.0, PEAK)
-        else:
+        if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+            raise MetricInputError("image contains NaN or infinite values")
+        if arr.dtype not in (np.uint8, np.uint16) and not np.issubdtype(arr.dtype, np.floating):
             raise MetricInputError(
                 f"unsupported image dtype {arr.dtype}: expected uint8, uint16 or float in [0, 1]"
             )
+        rgb = to_uint8(arr).astype(np.float64)
         out = rgb_to_y(rgb, round_y=self.round_y) if self.space == "y" else rgb
         c = self.crop_border
         if c:
