@@ -141,5 +141,8 @@ def test_evaluate_and_list_models(tmp_path: Path) -> None:
     result = clearsight.evaluate("identity", tmp_path, preset="rgb", on_start=counts.append)
     assert counts == [2] and result.summary()["n"] == 2 and result.preset.name == "rgb"
     assert result.summary()["psnr"]["n_infinite"] == 2  # identity on identical pairs
+    ident = clearsight.Restorer.from_pretrained("identity")
+    cmp = clearsight.compare(ident, ident, tmp_path, preset="rgb", names=("x", "y"))
+    assert (cmp.model_a, cmp.model_b, len(cmp.deltas)) == ("x", "y", 2)
     names = {row["name"]: row["kind"] for row in clearsight.list_models()}
     assert names["default-derain"] == "bundled" and names["rescan"] == "architecture"

@@ -20,6 +20,7 @@ _EXPORTS: dict[str, str] = {
     "load_model": "clearsight.api",
     "list_models": "clearsight.api",
     "evaluate": "clearsight.api",
+    "compare": "clearsight.api",
     "train": "clearsight.api",
     "export_onnx": "clearsight.api",
     "Restorer": "clearsight.engine.inference",
@@ -39,6 +40,7 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
     "load_model",
     "list_models",
     "evaluate",
+    "compare",
     "train",
     "export_onnx",
     "Restorer",
@@ -54,7 +56,7 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
 ]
 
 if TYPE_CHECKING:
-    from clearsight.api import evaluate, export_onnx, list_models, load_model, train
+    from clearsight.api import compare, evaluate, export_onnx, list_models, load_model, train
     from clearsight.artifact import load_artifact, save_artifact
     from clearsight.engine.inference import InferenceOptions, Restorer
     from clearsight.engine.restore_files import RestoredFile, restore_files

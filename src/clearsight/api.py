@@ -15,6 +15,7 @@ from clearsight.errors import ClearsightError
 
 if TYPE_CHECKING:
     from clearsight.artifact import LoadedModel
+    from clearsight.engine.compare import Comparison
     from clearsight.engine.evaluate import EvalResult, ImageResult, ImagesHook
     from clearsight.engine.inference import Restorer
     from clearsight.engine.trainer import TrainResult
@@ -112,6 +113,44 @@ def evaluate(
         on_image=on_image,
         ms_ssim=ms_ssim,
         on_images=on_images,
+    )
+
+
+def compare(
+    model_a: Restorer,
+    model_b: Restorer,
+    data: str | os.PathLike[str],
+    *,
+    preset: str | None = None,
+    names: tuple[str, str] = ("A", "B"),
+    max_pixels: int | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_image: Callable[[ImageResult], None] | None = None,
+    on_images_a: ImagesHook | None = None,
+    on_images_b: ImagesHook | None = None,
+) -> Comparison:
+    """Score B against A per image on the paired folder `data` under one preset (default:
+    A's own). `on_start(n_pairs)` once the pairs are found; each model then scores them all."""
+    from clearsight.data.pairs import find_pairs
+    from clearsight.engine.compare import compare as compare_pairs
+    from clearsight.metrics.presets import get_preset
+
+    mp = get_preset(preset or model_a.loaded.config.metric_preset)
+    pairs = find_pairs(Path(data))
+    if on_start is not None:
+        on_start(len(pairs))
+    return compare_pairs(
+        model_a,
+        model_b,
+        pairs,
+        mp,
+        model_a=names[0],
+        model_b=names[1],
+        data_name=str(data),
+        max_pixels=max_pixels,
+        on_image=on_image,
+        on_images_a=on_images_a,
+        on_images_b=on_images_b,
     )
 
 

@@ -40,32 +40,28 @@ def compare_cmd(
 ) -> None:
     """Compare model B with model A per image on paired data under one preset."""
 
-    from clearsight.data.pairs import find_pairs
-    from clearsight.engine.compare import compare
-    from clearsight.metrics.presets import get_preset
+    from clearsight.api import compare
 
     if len(models) != 2:
         raise ClearsightError(f"give exactly two --model options (A then B), got {len(models)}")
     ra = make_restorer(models[0], tile=tile, device=device)
     rb = make_restorer(models[1], tile=tile, device=device)
-    mp = get_preset(preset or ra.loaded.config.metric_preset)
-    pairs = find_pairs(data)
     thumbs_a, thumbs_b = thumbs_for(report, report_k), thumbs_for(report, report_k)
     with progress() as bar:
-        task = bar.add_task(f"compare {data.name}", total=2 * len(pairs))
+        task = bar.add_task(f"compare {data.name}", total=None)
         cmp = compare(
             ra,
             rb,
-            pairs,
-            mp,
-            model_a=models[0],
-            model_b=models[1],
-            data_name=str(data),
+            data,
+            preset=preset,
+            names=(models[0], models[1]),
             max_pixels=max_pixels,
+            on_start=lambda n: bar.update(task, total=2 * n),
             on_image=lambda r: bar.advance(task),
             on_images_a=thumbs_a,
             on_images_b=thumbs_b,
         )
+    mp = cmp.preset
     s = cmp.summary()
     c = s["psnr"]
     table = Table(

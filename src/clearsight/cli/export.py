@@ -23,13 +23,9 @@ def export_cmd(
     ] = None,
 ) -> None:
     """Export MODEL (opset 17, dynamic H and W, config in the metadata), parity-checked."""
-    from clearsight.export.onnx import check_format, default_output, export_onnx
-    from clearsight.zoo import resolve_model
+    from clearsight.api import export_onnx
 
-    fmt = check_format(fmt)
-    loaded = resolve_model(model)
-    target = out or default_output(model, fmt)
-    path, parity = export_onnx(loaded, target)
+    path, parity = export_onnx(model, out, fmt)
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)
     console.print(
         f"parity (ONNX Runtime vs PyTorch at {sizes}): max abs difference "
