@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,9 @@ from clearsight.cli._options import DeviceOpt, MaxPixOpt, ReportKOpt, ReportOpt,
 from clearsight.cli.evaluate import thumbs_for
 from clearsight.cli.restore import make_restorer
 from clearsight.errors import ClearsightError
+
+if TYPE_CHECKING:
+    from clearsight.engine.compare import Comparison
 
 
 @app.command("compare")
@@ -62,8 +65,35 @@ def compare_cmd(
             on_images_b=thumbs_b,
         )
     mp = cmp.preset
+    console.print(_deltas_table(cmp, models, data, top))
     s = cmp.summary()
     c = s["psnr"]
+    console.print(f"preset {mp.summary}", highlight=False, markup=False)
+    mean = c["mean_delta"]
+    console.print(
+        f"n = {s['n']}: B better on {c['better']}, worse on {c['worse']}, equal on {c['equal']} "
+        f"(within {cmp.tolerance['psnr']:g} dB); mean PSNR A {s['mean_a']['psnr']:.3f}, "
+        f"B {s['mean_b']['psnr']:.3f}; mean delta "
+        + (f"{mean:+.3f} dB" if mean is not None else "n/a"),
+        highlight=False,
+    )
+    if report is not None:
+        from clearsight.report.html import model_card, render_compare_report, write_report
+
+        page = render_compare_report(
+            cmp,
+            thumbs_a.thumbs,
+            thumbs_b.thumbs,
+            card_a=model_card(ra.loaded),
+            card_b=model_card(rb.loaded),
+            k=report_k,
+        )
+        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+
+
+def _deltas_table(cmp: Comparison, models: list[str], data: Path, top: int) -> Table:
+    """The `top` largest PSNR gains and losses of B over A, image by image."""
+    mp = cmp.preset
     table = Table(
         title=f"B = {escape(models[1])} vs A = {escape(models[0])} on {escape(str(data))}  "
         f"[preset {mp.name}: {escape(mp.description)}]"
@@ -98,25 +128,4 @@ def compare_cmd(
         table.add_section()
     for d in losses:
         row("loss", d)
-    console.print(table)
-    console.print(f"preset {mp.summary}", highlight=False, markup=False)
-    mean = c["mean_delta"]
-    console.print(
-        f"n = {s['n']}: B better on {c['better']}, worse on {c['worse']}, equal on {c['equal']} "
-        f"(within {cmp.tolerance['psnr']:g} dB); mean PSNR A {s['mean_a']['psnr']:.3f}, "
-        f"B {s['mean_b']['psnr']:.3f}; mean delta "
-        + (f"{mean:+.3f} dB" if mean is not None else "n/a"),
-        highlight=False,
-    )
-    if report is not None:
-        from clearsight.report.html import model_card, render_compare_report, write_report
-
-        page = render_compare_report(
-            cmp,
-            thumbs_a.thumbs,
-            thumbs_b.thumbs,
-            card_a=model_card(ra.loaded),
-            card_b=model_card(rb.loaded),
-            k=report_k,
-        )
-        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+    return table

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -26,6 +26,10 @@ from clearsight.cli._options import (
 )
 from clearsight.cli.restore import make_restorer
 from clearsight.errors import ClearsightError
+
+if TYPE_CHECKING:
+    from clearsight.engine.evaluate import EvalResult
+    from clearsight.engine.inference import InferenceOptions
 
 
 def thumbs_for(report: Path | None, k: int) -> Any:
@@ -103,6 +107,23 @@ def eval_cmd(
             on_images=thumbs,
             model_name=model,
         )
+    console.print(_metrics_table(result, restorer.options, model, data))
+    summary = result.summary()
+    console.print(f"n = {summary['n']}; worst: {', '.join(summary['worst'])}")
+    if out is not None:
+        csv_path, json_path = result.write(out)
+        console.print(f"wrote {csv_path} and {json_path}")
+    if report is not None and thumbs is not None:
+        from clearsight.report.html import model_card, render_eval_report, write_report
+
+        page = render_eval_report(
+            result, thumbs.thumbs, card=model_card(restorer.loaded), k=report_k
+        )
+        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+
+
+def _metrics_table(result: EvalResult, options: InferenceOptions, model: str, data: Path) -> Table:
+    """Mean/median/min/max of every metric, the latency and (with --stages) stages used."""
     mp = result.preset
     summary = result.summary()
     table = Table(title=escape(f"{model} on {data}  (preset {mp.name}: {mp.description})"))
@@ -122,8 +143,8 @@ def eval_cmd(
     lat = summary["latency_ms"]
     table.add_row("latency ms", f"{lat['mean']:.1f}", f"{lat['median']:.1f}", "", "")
     if "stages" in summary:
-        st, chosen = summary["stages"], restorer.options.stages
-        threshold = restorer.options.stage_threshold
+        st, chosen = summary["stages"], options.stages
+        threshold = options.stage_threshold
         label = f"stages ({chosen}, {threshold:g})" if chosen == "auto" else "stages"
         table.add_row(
             f"{label} used",
@@ -132,15 +153,4 @@ def eval_cmd(
             f"{st['min']:g}",
             f"{st['max']:g}",
         )
-    console.print(table)
-    console.print(f"n = {summary['n']}; worst: {', '.join(summary['worst'])}")
-    if out is not None:
-        csv_path, json_path = result.write(out)
-        console.print(f"wrote {csv_path} and {json_path}")
-    if report is not None and thumbs is not None:
-        from clearsight.report.html import model_card, render_eval_report, write_report
-
-        page = render_eval_report(
-            result, thumbs.thumbs, card=model_card(restorer.loaded), k=report_k
-        )
-        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+    return table
