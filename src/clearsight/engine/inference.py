@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from clearsight.artifact import LoadedModel
+from clearsight.engine.ort_backend import BACKENDS
 from clearsight.engine.tiling import Progress, tiled_apply
 from clearsight.errors import OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
@@ -79,9 +80,6 @@ class InferenceOptions:
                 "stages",
                 f"{stages} needs --backend torch (an exported graph runs all stages)",
             )
-
-
-BACKENDS = ("torch", "onnxruntime")  # = clearsight.engine.ort_backend.BACKENDS (tested)
 
 
 def _check_count(name: str, value: object, *, allow_none: bool) -> None:
