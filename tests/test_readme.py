@@ -54,3 +54,33 @@ def test_quickstart_commands_run(tmp_path: Path):
         before = read_image(REPO_ROOT / "examples" / f"{src}.png")
         after = read_image(next((workdir / out).iterdir()))
         assert after.shape == before.shape and not (after == before).all()
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_python_example_runs_as_written(tmp_path: Path):
+    """The README's Python example, taken from its text, derains the example photo."""
+    from clearsight.io import read_image
+
+    code = _block_after("<!-- python-example -->")
+    assert code.startswith("import clearsight\n") and "from_pretrained" in code
+    (tmp_path / "examples").symlink_to(REPO_ROOT / "examples", target_is_directory=True)
+    res = _python(code, tmp_path)
+    assert res.returncode == 0, res.stderr
+    before = read_image(REPO_ROOT / "examples" / "rainy-coffee.png")
+    after = read_image(tmp_path / "derained-coffee.png")
+    assert after.shape == before.shape and not (after == before).all()
+
+
+def test_one_line_from_pretrained(tmp_path: Path):
+    res = _python(
+        "import clearsight; r = clearsight.Restorer.from_pretrained('default-derain'); "
+        "print(type(r).__name__, r.loaded.config.architecture)",
+        tmp_path,
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[0] == "Restorer" and res.stdout.split()[1].startswith("rescan")

@@ -23,7 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from clearsight import __version__
+from clearsight._version import __version__
 from clearsight.atomic import atomic_path
 from clearsight.errors import ArtifactError
 from clearsight.models.registry import build_model, count_parameters, get_spec

@@ -28,3 +28,16 @@ class UnknownNameError(ClearsightError):
 
 class ArtifactError(ClearsightError):
     """A model artifact is missing, corrupt or of an unsupported version."""
+
+
+class OptionError(ClearsightError, ValueError):
+    """A bad option value; `option` names it (Python spelling, e.g. "stage_threshold").
+
+    Raised once, where the option is validated (`InferenceOptions`); the CLI prints it as
+    `--option: detail` with its own flag name.
+    """
+
+    def __init__(self, option: str, detail: str) -> None:
+        super().__init__(f"{option}: {detail}")
+        self.option = option
+        self.detail = detail

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import numpy as np
 import torch
 
 from clearsight.artifact import LoadedModel
@@ -26,7 +27,9 @@ from clearsight.defaults import (
     DEFAULT_STAGE_THRESHOLD,
     DEFAULT_TILE,
 )
-from clearsight.errors import ClearsightError
+from clearsight.engine.ort_backend import BACKENDS
+from clearsight.errors import OptionError
+from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
 from clearsight.tiling import Progress, tiled_apply
@@ -56,15 +59,42 @@ class InferenceOptions:
     stage_threshold: float = DEFAULT_STAGE_THRESHOLD
     """For "auto": mean absolute change of the restored image, in [0,1] image units, between
     two stages below which an image stops (>= 0; 0 never stops early)."""
+    backend: str = "torch"
+    """torch, or onnxruntime (`Restorer.from_pretrained` exports the model to ONNX first)."""
+
+    def __post_init__(self) -> None:
+        """Validate every option once, here: an `OptionError` naming the first bad one."""
+        if self.ensemble not in ENSEMBLE_VIEWS:
+            known = ", ".join(ENSEMBLE_VIEWS)
+            raise OptionError("ensemble", f"unknown ensemble {self.ensemble!r}; known: {known}")
+        for name in ("tile", "max_untiled_pixels", "halo"):
+            _check_count(name, getattr(self, name), allow_none=True)
+        _check_count("blend", self.blend, allow_none=False)
+        object.__setattr__(self, "scales", validate_scales(self.scales))
+        stages = parse_stages(self.stages)
+        object.__setattr__(self, "stages", stages)
+        object.__setattr__(self, "stage_threshold", check_stage_threshold(self.stage_threshold))
+        if self.backend not in BACKENDS:
+            raise OptionError(
+                "backend", f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}"
+            )
+        if self.backend != "torch" and stages != "all":
+            raise OptionError(
+                "stages",
+                f"{stages} needs --backend torch (an exported graph runs all stages)",
+            )
 
 
-class StageOptionError(ClearsightError, ValueError):
+def _check_count(name: str, value: object, *, allow_none: bool) -> None:
+    """An int >= 0 (or None where that means "automatic")."""
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise OptionError(name, f"must be >= 0, got {value}")
+
+
+class StageOptionError(OptionError):
     """A bad `stages`/`stage_threshold` option; `option` names which (for the CLI)."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
-        self.detail = message
 
 
 def parse_stages(value: str | int) -> str | int:
@@ -118,31 +148,32 @@ MIN_SCALE, MAX_SCALE = 0.1, 4.0
 
 
 def validate_scales(scales: object) -> tuple[float, ...]:
-    """A non-empty tuple of finite scales in [0.1, 4]; a ValueError that says what is wrong."""
+    """A non-empty tuple of finite scales in [0.1, 4]; an OptionError that says what is wrong."""
     if isinstance(scales, str | bytes) or not hasattr(scales, "__iter__"):
-        raise ValueError(f"scales must be a sequence of numbers, got {scales!r}")
+        raise OptionError("scales", f"scales must be a sequence of numbers, got {scales!r}")
     out: list[float] = []
     for s in scales:  # type: ignore[attr-defined]
         if isinstance(s, bool) or not isinstance(s, int | float):
-            raise ValueError(f"scale {s!r} is not a number")
+            raise OptionError("scales", f"scale {s!r} is not a number")
         if not (MIN_SCALE <= float(s) <= MAX_SCALE):  # also rejects NaN
-            raise ValueError(f"scale {s!r} is outside [{MIN_SCALE}, {MAX_SCALE}]")
+            raise OptionError("scales", f"scale {s!r} is outside [{MIN_SCALE}, {MAX_SCALE}]")
         out.append(float(s))
     if not out:
-        raise ValueError("scales must hold at least one scale, e.g. (1.0,)")
+        raise OptionError("scales", "scales must hold at least one scale, e.g. (1.0,)")
     return tuple(out)
 
 
 def parse_scales(text: str) -> tuple[float, ...]:
-    """'1.0,0.75' -> (1.0, 0.75), with a clear ValueError for anything else."""
+    """'1.0,0.75' -> (1.0, 0.75), with a clear OptionError for anything else."""
     parts = [p.strip() for p in text.split(",")]
     values: list[float] = []
     for p in parts:
         try:
             values.append(float(p))
         except ValueError:
-            raise ValueError(
-                f"bad scale {p!r} in {text!r}; expected numbers separated by commas, e.g. 1.0,0.75"
+            raise OptionError(
+                "scales",
+                f"bad scale {p!r} in {text!r}; expected numbers separated by commas, e.g. 1.0,0.75",
             ) from None
     return validate_scales(values)
 
@@ -174,6 +205,24 @@ class Restorer:
         """Stages each image of the last `restore` used (batch order), for a multi-stage
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
+
+    @classmethod
+    def from_pretrained(cls, ref: str, **options: Any) -> Restorer:
+        """A Restorer for `ref` (artifact path, `.onnx` file, bundled name such as
+        "default-derain", or architecture name), with `InferenceOptions(**options)`.
+
+        The options are validated before the model is loaded, so a bad option fails fast;
+        `backend="onnxruntime"` runs the model exported to ONNX (CPU only).
+        """
+        from clearsight.zoo import resolve_model
+
+        opts = InferenceOptions(**options)
+        loaded = resolve_model(ref, device=opts.device)
+        if opts.backend != "torch":
+            from clearsight.export.onnx import to_onnxruntime
+
+            loaded = to_onnxruntime(loaded, opts.device)
+        return cls(loaded, opts)
 
     def _check_stages(self) -> dict[str, Any]:
         """Validate the stage options; the keyword arguments for the model's calls."""
@@ -312,3 +361,9 @@ class Restorer:
         t0 = time.perf_counter()
         y = self.restore(rgb01, progress)
         return y, (time.perf_counter() - t0) * 1000.0
+
+    def restore_image(self, image: np.ndarray) -> np.ndarray:
+        """Restore one HxWx3 RGB image as `read_image` gives it (uint8 or uint16) and return
+        it in the same dtype (float input in [0,1] comes back as uint8)."""
+        out = self.restore(image_to_tensor(image))
+        return tensor_to_image(out, dtype=np.uint16 if image.dtype == np.uint16 else np.uint8)

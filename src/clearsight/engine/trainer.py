@@ -564,25 +564,10 @@ class _Bar:
     def __init__(self, total: int, start: int, enabled: bool) -> None:
         self.progress = None
         if enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
+            from clearsight.progress import progress_bar
 
-            self.progress = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]:.4g}"),
-                TextColumn("{task.fields[rate]:.2f} it/s"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
+            self.progress = progress_bar(
+                fields=("loss {task.fields[loss]:.4g}", "{task.fields[rate]:.2f} it/s")
             )
             self.task = self.progress.add_task(
                 "train", total=total, completed=start, loss=math.nan, rate=0.0

@@ -1,4 +1,4 @@
-"""CLI commands `export`, `profile` and `benchmark` (registered on `clearsight.cli.app`)."""
+"""`clearsight export`, `profile` and `benchmark`: deployment, its size and its speed."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from clearsight.cli import _friendly, app, console, err_console
+from clearsight.cli._app import app, console, err_console, friendly
 
 
 @app.command("export")
-@_friendly
+@friendly
 def export_cmd(
     model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="Export format: onnx.")] = "onnx",
@@ -23,13 +23,9 @@ def export_cmd(
     ] = None,
 ) -> None:
     """Export MODEL (opset 17, dynamic H and W, config in the metadata), parity-checked."""
-    from clearsight.export.onnx import check_format, default_output, export_onnx
-    from clearsight.zoo import resolve_model
+    from clearsight.api import export_onnx
 
-    fmt = check_format(fmt)
-    loaded = resolve_model(model)
-    target = out or default_output(model, fmt)
-    path, parity = export_onnx(loaded, target)
+    path, parity = export_onnx(model, out, fmt)
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)
     console.print(
         f"parity (ONNX Runtime vs PyTorch at {sizes}): max abs difference "
@@ -41,7 +37,7 @@ def export_cmd(
 
 
 @app.command("profile")
-@_friendly
+@friendly
 def profile_cmd(
     model: Annotated[str, typer.Argument(help="Artifact, .onnx file, bundled model or arch.")],
     sizes: Annotated[str, typer.Option("--sizes", help="Square sizes or HxW, e.g. 256,512.")] = (
@@ -98,7 +94,7 @@ def profile_cmd(
 
 
 @app.command("benchmark")
-@_friendly
+@friendly
 def benchmark_cmd(
     model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
     data: Annotated[Path, typer.Option("--data", "-d", help="Paired data folder.")],

@@ -1,0 +1,61 @@
+"""Options that several commands share (model, tiling, ensemble, stages, report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Artifact path, bundled model or architecture name.")
+]
+TileOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tile", help="Tile size in pixels (0: never tile; default: tile above 512x512)."
+    ),
+]
+TtaOpt = Annotated[
+    str, typer.Option("--tta", help="Self-ensemble: none, flip or x8 (flips and rotations).")
+]
+MaxPixOpt = Annotated[
+    int | None,
+    typer.Option("--max-pixels", help="Refuse images with more decoded pixels (default 200M)."),
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="torch device, e.g. cpu or cuda.")]
+BackendOpt = Annotated[
+    str,
+    typer.Option("--backend", help="torch, or onnxruntime (exports the model to ONNX first)."),
+]
+ScalesOpt = Annotated[
+    str,
+    typer.Option(
+        "--scales",
+        help="Multi-scale prediction: comma-separated scales averaged with --tta, e.g. 1.0,0.75.",
+    ),
+]
+StagesOpt = Annotated[
+    str,
+    typer.Option(
+        "--stages",
+        help="Stages of a multi-stage model (RESCAN): all (as trained), auto (each image stops "
+        "once a stage changes it by less than --stage-threshold) or a number N.",
+    ),
+]
+StageThresholdOpt = Annotated[
+    float,
+    typer.Option(
+        "--stage-threshold",
+        help="With --stages auto: stop once a stage changes the image by less than this "
+        "(mean absolute difference, 0-1 image units).",
+    ),
+]
+
+ReportOpt = Annotated[
+    Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
+]
+ReportKOpt = Annotated[
+    int,
+    typer.Option("--report-k", help="Sets over 24 images: show the K worst and K best in it."),
+]

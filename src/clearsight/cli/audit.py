@@ -1,0 +1,42 @@
+"""`clearsight audit`: the known-bug checks of a model, as a PASS/FAIL table."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from clearsight.cli._app import app, console, friendly
+from clearsight.errors import ClearsightError
+
+
+@app.command("audit")
+@friendly
+def audit_cmd(
+    model: Annotated[str, typer.Argument(help="Architecture name or artifact path.")],
+    size: Annotated[int, typer.Option("--size", help="Side of the sample batch, pixels.")] = 32,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for weights and the batch.")] = 0,
+) -> None:
+    """Check MODEL for the field's known bugs: gradients, purity, structure, spec, two steps."""
+
+    from clearsight.model_audit import audit
+
+    if size < 8:
+        raise ClearsightError(f"--size must be >= 8, got {size}")
+    report = audit(model, size=size, seed=seed)
+    table = Table(title=f"audit {escape(model)}")
+    table.add_column("check", style="bold")
+    table.add_column("result")
+    table.add_column("details")
+    for c in report.checks:
+        table.add_row(
+            c.name, "[green]PASS[/]" if c.passed else "[bold red]FAIL[/]", escape(c.details)
+        )
+    console.print(table)
+    failed = report.failed()
+    if failed:
+        console.print(f"[bold red]{len(failed)} check(s) failed[/]", highlight=False)
+        raise typer.Exit(code=1)
+    console.print(f"[green]ok:[/] all {len(report.checks)} checks passed", highlight=False)

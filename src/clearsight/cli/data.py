@@ -1,0 +1,163 @@
+"""`clearsight synth moire|rain` and `clearsight check-data`: paired training data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from clearsight.cli._app import app, console, friendly, progress
+from clearsight.cli._options import MaxPixOpt
+from clearsight.errors import ClearsightError
+
+synth_app = typer.Typer(
+    help="Synthesise paired training data (degraded/clean).", no_args_is_help=True
+)
+app.add_typer(synth_app, name="synth")
+
+
+@synth_app.command("moire")
+@friendly
+def synth_moire_cmd(
+    clean: Annotated[Path, typer.Option("--clean", help="Folder of clean images.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (moire/ and clean/).")],
+    per_image: Annotated[
+        int, typer.Option("--per-image", help="Synthetic pairs per clean image.")
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same pairs).")] = 0,
+    match_tone: Annotated[
+        bool,
+        typer.Option("--match-tone", help="Apply the capture's tone change to the target too."),
+    ] = False,
+    max_pixels: MaxPixOpt = None,
+) -> None:
+    """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
+    from clearsight.data.synth_moire import MoireConfig, synth_moire_folder
+
+    with progress() as bar:
+        task = bar.add_task("synth moire", total=None)
+        report = synth_moire_folder(
+            clean,
+            out,
+            per_image=per_image,
+            seed=seed,
+            cfg=MoireConfig(match_tone=match_tone),
+            max_pixels=max_pixels,
+            on_pair=lambda p: bar.advance(task),
+        )
+    console.print(f"wrote {report.pairs} pair(s) into {out}/moire and {out}/clean")
+
+
+@synth_app.command("rain")
+@friendly
+def synth_rain_cmd(
+    clean: Annotated[Path, typer.Option("--clean", help="Folder of clean images.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (rain/ and clean/).")],
+    preset: Annotated[
+        str, typer.Option("--preset", help="light (Rain100L-like), heavy (Rain100H-like), mixed.")
+    ] = "mixed",
+    per_image: Annotated[
+        int, typer.Option("--per-image", help="Synthetic pairs per clean image.")
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same pairs).")] = 0,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Worker processes (0: this process; same output).")
+    ] = 0,
+    max_pixels: MaxPixOpt = None,
+) -> None:
+    """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
+    from clearsight.data.synth_rain import synth_rain_folder
+
+    with progress() as bar:
+        task = bar.add_task(f"synth rain ({preset})", total=None)
+        report = synth_rain_folder(
+            clean,
+            out,
+            preset=preset,
+            per_image=per_image,
+            seed=seed,
+            workers=workers,
+            max_pixels=max_pixels,
+            on_pair=lambda p: bar.advance(task),
+        )
+    console.print(f"wrote {report.pairs} pair(s) into {out}/rain and {out}/clean")
+
+
+@app.command("check-data")
+@friendly
+def check_data_cmd(
+    data: Annotated[
+        Path, typer.Argument(help="Folder with rain/clean, moire/clean or input/target pairs.")
+    ],
+    input_dir: Annotated[
+        str | None, typer.Option("--input-dir", help="Input folder name under DATA.")
+    ] = None,
+    target_dir: Annotated[
+        str | None, typer.Option("--target-dir", help="Target folder name under DATA.")
+    ] = None,
+    name_map: Annotated[
+        str | None,
+        typer.Option("--name-map", help="Target name from the input's stem, e.g. 'no{stem}'."),
+    ] = None,
+    side_by_side: Annotated[
+        bool,
+        typer.Option("--side-by-side", help="Each file holds both images side by side (RESCAN)."),
+    ] = False,
+    order: Annotated[
+        str, typer.Option("--order", help="Side-by-side halves: clean-rain or rain-clean.")
+    ] = "clean-rain",
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Read file headers only (misses truncated data).")
+    ] = False,
+    psnr_floor: Annotated[
+        float, typer.Option("--psnr-floor", help="Flag pairs whose PSNR is below this (dB).")
+    ] = 10.0,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Misaligned, extreme or colour-swapped pairs fail too."),
+    ] = False,
+) -> None:
+    """Check paired training data (names, sizes, readable files); exit 1 on any problem."""
+
+    from clearsight.data.paired import validate_pairs, validate_side_by_side
+
+    if side_by_side:
+        if input_dir or target_dir or name_map:
+            raise ClearsightError(
+                "--side-by-side takes a folder of files; it has no --input-dir, "
+                "--target-dir or --name-map"
+            )
+        report = validate_side_by_side(data, order=order, decode=not quick)  # type: ignore[arg-type]
+    else:
+        report = validate_pairs(
+            data,
+            input_dir=input_dir,
+            target_dir=target_dir,
+            name_map=name_map,
+            decode=not quick,
+            psnr_floor=psnr_floor,
+        )
+    table = Table(title=f"check-data {escape(str(data))}")
+    table.add_column("item", style="bold")
+    table.add_column("value")
+    for label, value in report.summary()[1:]:
+        table.add_row(label, value)
+    console.print(table)
+    problems = report.problems() + (report.content_lines() if strict else [])
+    if problems:
+        console.print(f"[bold red]problems ({len(problems)}):[/]")
+        for line in problems:
+            console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+    for line in report.warning_lines():
+        if strict and line in problems:
+            continue
+        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+    if problems:
+        console.print(
+            f"[bold red]{len(problems)} problem(s) found[/] in {escape(str(data))}", highlight=False
+        )
+        raise typer.Exit(code=1)
+    console.print(f"[green]ok:[/] {report.n_pairs} pairs ready for training", highlight=False)

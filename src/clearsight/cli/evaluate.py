@@ -1,0 +1,156 @@
+"""`clearsight eval`: `clearsight.evaluate` printed as a table (and an optional report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from clearsight.cli._app import app, console, friendly, progress
+from clearsight.cli._options import (
+    BackendOpt,
+    DeviceOpt,
+    MaxPixOpt,
+    ModelOpt,
+    ReportKOpt,
+    ReportOpt,
+    ScalesOpt,
+    StagesOpt,
+    StageThresholdOpt,
+    TileOpt,
+    TtaOpt,
+)
+from clearsight.cli.restore import make_restorer
+from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
+from clearsight.errors import ClearsightError
+
+if TYPE_CHECKING:
+    from clearsight.engine.evaluate import EvalResult
+    from clearsight.engine.inference import InferenceOptions
+
+
+def thumbs_for(report: Path | None, k: int) -> Any:
+    """A thumbnail collector when an HTML report was asked for, else None."""
+    if k < 1:
+        raise ClearsightError(f"--report-k must be >= 1, got {k}")
+    if report is None:
+        return None
+    from clearsight.report.thumbs import ThumbnailCollector
+
+    return ThumbnailCollector()
+
+
+@app.command("eval")
+@friendly
+def eval_cmd(
+    model: ModelOpt,
+    data: Annotated[
+        Path,
+        typer.Option("--data", "-d", help="Folder with rain/clean, moire/clean or input/target."),
+    ],
+    preset: Annotated[
+        str | None, typer.Option("--preset", "-p", help="Metric preset (default: the model's).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Folder for per_image.csv and summary.json.")
+    ] = None,
+    crop_border: Annotated[
+        int | None,
+        typer.Option("--crop-border", help="Pixels cropped from each side before scoring."),
+    ] = None,
+    ms_ssim: Annotated[bool, typer.Option("--ms-ssim", help="Also compute MS-SSIM.")] = False,
+    save_images: Annotated[
+        bool, typer.Option("--save-images", help="Also write the restored images under OUT/images.")
+    ] = False,
+    tile: TileOpt = None,
+    tta: TtaOpt = "none",
+    scales: ScalesOpt = "1.0",
+    max_pixels: MaxPixOpt = None,
+    device: DeviceOpt = "cpu",
+    report: ReportOpt = None,
+    report_k: ReportKOpt = 8,
+    backend: BackendOpt = "torch",
+    stages: StagesOpt = "all",
+    stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
+) -> None:
+    """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
+    from clearsight.api import evaluate
+
+    restorer = make_restorer(
+        model,
+        tile=tile,
+        tta=tta,
+        device=device,
+        scales=scales,
+        backend=backend,
+        stages=stages,
+        stage_threshold=stage_threshold,
+    )
+    if save_images and out is None:
+        raise ClearsightError("--save-images needs --out")
+    thumbs = thumbs_for(report, report_k)
+    with progress() as bar:
+        task = bar.add_task(f"eval {data.name}", total=None)
+        result = evaluate(
+            restorer,
+            data,
+            preset=preset,
+            crop_border=crop_border,
+            ms_ssim=ms_ssim,
+            save_dir=(out / "images") if (save_images and out) else None,
+            max_pixels=max_pixels,
+            on_start=lambda n: bar.update(task, total=n),
+            on_image=lambda r: bar.advance(task),
+            on_images=thumbs,
+            model_name=model,
+        )
+    console.print(_metrics_table(result, restorer.options, model, data))
+    summary = result.summary()
+    console.print(f"n = {summary['n']}; worst: {', '.join(summary['worst'])}")
+    if out is not None:
+        csv_path, json_path = result.write(out)
+        console.print(f"wrote {csv_path} and {json_path}")
+    if report is not None and thumbs is not None:
+        from clearsight.report.html import model_card, render_eval_report, write_report
+
+        page = render_eval_report(
+            result, thumbs.thumbs, card=model_card(restorer.loaded), k=report_k
+        )
+        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+
+
+def _metrics_table(result: EvalResult, options: InferenceOptions, model: str, data: Path) -> Table:
+    """Mean/median/min/max of every metric, the latency and (with --stages) stages used."""
+    mp = result.preset
+    summary = result.summary()
+    table = Table(title=escape(f"{model} on {data}  (preset {mp.name}: {mp.description})"))
+    table.add_column("metric")
+    for col in ("mean", "median", "min", "max"):
+        table.add_column(col, justify="right")
+    for m in result.metric_names:
+        s = summary[m]
+        fmt = "{:.3f}" if m == "psnr" else "{:.4f}"
+        table.add_row(
+            m,
+            *(
+                fmt.format(s[c]) if s[c] is not None else "inf"
+                for c in ("mean", "median", "min", "max")
+            ),
+        )
+    lat = summary["latency_ms"]
+    table.add_row("latency ms", f"{lat['mean']:.1f}", f"{lat['median']:.1f}", "", "")
+    if "stages" in summary:
+        st, chosen = summary["stages"], options.stages
+        threshold = options.stage_threshold
+        label = f"stages ({chosen}, {threshold:g})" if chosen == "auto" else "stages"
+        table.add_row(
+            f"{label} used",
+            f"{st['mean']:.2f}",
+            f"{st['median']:g}",
+            f"{st['min']:g}",
+            f"{st['max']:g}",
+        )
+    return table
