@@ -29,9 +29,9 @@ STRIDES = (8, 16, 32)
 INPUT_SIZE = (416, 416)
 NUM_CLASSES = 80
 
-# What the bundled weights were trained on, checked against ONNX Runtime on COCO images
-# (the default-detect model card): BGR in 0-255 without normalisation, letterboxed at the top-left with
-# grey 114, bilinear without antialiasing (YOLOX used cv2.INTER_LINEAR).
+# What the bundled weights expect, checked against ONNX Runtime on COCO images (see the
+# default-detect model card): BGR in 0-255 without normalisation, letterboxed at the top-left
+# with grey 114, bilinear without antialiasing (YOLOX used cv2.INTER_LINEAR).
 YOLOX_PREPROCESS = PreprocessSpec(
     color_order="BGR",
     value_range=(0.0, 255.0),
