@@ -192,4 +192,3 @@ def convert_yolox_onnx(path: str | os.PathLike[str]) -> YOLOXNano:
         raise ConversionError(f"{path}: module parameters not filled: {missing}")
     model.load_state_dict(state, strict=True)
     return model.eval()
-
