@@ -192,3 +192,50 @@ def convert_yolox_onnx(path: str | os.PathLike[str]) -> YOLOXNano:
         raise ConversionError(f"{path}: module parameters not filled: {missing}")
     model.load_state_dict(state, strict=True)
     return model.eval()
+
+
+ONNX_SOURCE = {
+    "repository": "skpawar1305/rs_yolox",
+    "commit": "18ff8bc3",
+    "path": "weights/yolox_nano.onnx",
+    "licence": "Apache-2.0 (Megvii YOLOX)",
+}
+
+
+def save_yolox_artifact(
+    onnx_path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    name: str = "default-detect",
+    extra_provenance: dict[str, object] | None = None,
+) -> Path:
+    """Convert the ONNX export at `onnx_path` and save it as a COCO detection artifact."""
+    import hashlib
+
+    from clearsight.artifact import make_config, save_artifact
+    from clearsight.detection.coco_classes import COCO_IDS, COCO_NAMES
+
+    onnx_path = Path(onnx_path)
+    model = convert_yolox_onnx(onnx_path)
+    provenance: dict[str, object] = {
+        "converted_from": {
+            **ONNX_SOURCE,
+            "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
+        },
+        "converter": "clearsight.convert.yolox_onnx (batch norm folded into the convs)",
+        "trained_on": "COCO 2017 train (Megvii's YOLOX-Nano release); not trained by us",
+    }
+    provenance.update(extra_provenance or {})
+    config = make_config(model, "yolox-nano", {"num_classes": 80}, name=name,
+                         provenance=provenance)  # fmt: skip
+    config.class_ids = list(COCO_IDS)
+    config.class_names = list(COCO_NAMES)
+    return save_artifact(model, out, config)
+
+
+if __name__ == "__main__":  # python -m clearsight.convert.yolox_onnx ONNX OUT_DIR
+    import sys
+
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m clearsight.convert.yolox_onnx YOLOX_NANO.onnx OUT_DIR")
+    print(save_yolox_artifact(sys.argv[1], sys.argv[2]))
