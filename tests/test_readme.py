@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -54,6 +55,10 @@ def test_quickstart_commands_run(tmp_path: Path):
         before = read_image(REPO_ROOT / "examples" / f"{src}.png")
         after = read_image(next((workdir / out).iterdir()))
         assert after.shape == before.shape and not (after == before).all()
+    results = json.loads((workdir / "detected" / "detections.json").read_text())
+    assert 47 in {r["category_id"] for r in results}  # the coffee cup (COCO id 47, "cup")
+    drawn = read_image(workdir / "detected" / "coffee.jpg")
+    assert drawn.shape == read_image(REPO_ROOT / "examples" / "coffee.jpg").shape
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
