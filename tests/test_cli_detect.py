@@ -33,3 +33,56 @@ def test_detect_refuses_a_restoration_model(tmp_path: Path):
     res = CliRunner().invoke(app, ["detect", str(tmp_path / "a.png"), "--model", "identity"])
     assert res.exit_code != 0
     assert "detect" in res.output and "Traceback" not in res.output
+
+
+def _tiny_coco(root: Path) -> None:
+    """Two images with one box each: enough for eval's plumbing (not its AP)."""
+    (root / "annotations").mkdir(parents=True)
+    (root / "val2017").mkdir()
+    images, anns = [], []
+    for i in (1, 2):
+        write_image(root / "val2017" / f"{i:012d}.jpg", np.full((40, 60, 3), 90 * i, np.uint8))
+        images.append({"id": i, "file_name": f"{i:012d}.jpg", "width": 60, "height": 40})
+        anns.append(
+            {
+                "id": i,
+                "image_id": i,
+                "category_id": 1,
+                "bbox": [5, 5, 20, 20],
+                "area": 400,
+                "iscrowd": 0,
+            }
+        )
+    cats = [{"id": 1, "name": "person"}]
+    data = {"images": images, "annotations": anns, "categories": cats}
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps(data))
+
+
+def test_eval_routes_a_detector_to_coco_scoring(tmp_path: Path):
+    _tiny_coco(tmp_path / "coco")
+    res = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            "default-detect",
+            "--data",
+            str(tmp_path / "coco"),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["task"] == "detect" and summary["n"] == 2
+    assert set(summary["metrics"]) == {"AP", "AP50", "AP75", "APs", "APm", "APl"}
+    rows = (tmp_path / "out" / "per_image.csv").read_text().splitlines()
+    assert rows[0].startswith("file_name,image_id,ground_truth") and len(rows) == 3
+
+
+def test_eval_on_a_folder_without_coco_annotations_is_one_line(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(
+        app, ["eval", "--model", "default-detect", "--data", str(tmp_path / "empty")]
+    )
+    assert res.exit_code != 0 and "instances_*.json" in res.output

@@ -15,6 +15,7 @@ from clearsight.errors import ClearsightError
 
 if TYPE_CHECKING:
     from clearsight.artifact import LoadedModel
+    from clearsight.detection.evaluate import DetectionEvalResult
     from clearsight.engine.compare import Comparison
     from clearsight.engine.evaluate import EvalResult, ImageResult, ImagesHook
     from clearsight.engine.inference import Restorer
@@ -29,6 +30,45 @@ def load_model(ref: str | os.PathLike[str], device: str = "cpu", seed: int = 0) 
     from clearsight.zoo import resolve_model
 
     return resolve_model(str(ref), device=device, seed=seed)
+
+
+def model_task(ref: str | os.PathLike[str]) -> str:
+    """The task ("derain", "demoire", "detect", ...) of `ref`, read from its config or the
+    registry without loading weights: how commands route a model to the right engine."""
+    from clearsight.artifact import read_config
+    from clearsight.models.registry import get_spec
+    from clearsight.zoo import bundled_models
+
+    path, bundled = Path(ref), bundled_models()
+    if path.suffix.lower() == ".onnx" and path.is_file():
+        return load_model(ref).config.task
+    if path.exists():
+        return read_config(path).task
+    if str(ref) in bundled:
+        return read_config(bundled[str(ref)]).task
+    try:
+        return get_spec(str(ref)).task
+    except ClearsightError:
+        return load_model(ref).config.task  # raises the one-line "unknown model" error
+
+
+def evaluate_detection(
+    model: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    *,
+    device: str = "cpu",
+    on_start: Callable[[int], None] | None = None,
+    on_image: Callable[[int, Any], None] | None = None,
+) -> DetectionEvalResult:
+    """COCO bbox AP (AP, AP50, AP75, APs/m/l, per class) and per-image rows of the detector
+    `model` on the COCO-format folder `data` (`annotations/instances_*.json` + images)."""
+    from clearsight.detection.detector import Detector
+    from clearsight.detection.evaluate import evaluate_coco_set
+
+    detector = Detector.from_pretrained(str(model), device=device)
+    return evaluate_coco_set(
+        detector, data, model_name=str(model), on_start=on_start, on_image=on_image
+    )
 
 
 def list_models() -> list[dict[str, Any]]:

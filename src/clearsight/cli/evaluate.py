@@ -32,6 +32,35 @@ if TYPE_CHECKING:
     from clearsight.engine.inference import InferenceOptions
 
 
+def _eval_detection(model: str, data: Path, out: Path | None, device: str) -> None:
+    """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON."""
+    from clearsight.api import evaluate_detection
+
+    with progress() as bar:
+        task = bar.add_task(f"eval {data.name}", total=None)
+        result = evaluate_detection(
+            model,
+            data,
+            device=device,
+            on_start=lambda n: bar.update(task, total=n),
+            on_image=lambda i, d: bar.advance(task),
+        )
+    summary = result.summary()
+    table = Table(title=escape(f"{model} on {data} (COCO bbox, {summary['evaluator']})"))
+    for key in summary["metrics"]:
+        table.add_column(key, justify="right")
+    table.add_row(*(_pct(v) for v in summary["metrics"].values()))
+    console.print(table)
+    console.print(f"n = {summary['n']} images, {summary['detections']} detections")
+    if out is not None:
+        csv_path, json_path = result.write(out)
+        console.print(f"wrote {csv_path} and {json_path}")
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
 def thumbs_for(report: Path | None, k: int) -> Any:
     """A thumbnail collector when an HTML report was asked for, else None."""
     if k < 1:
@@ -76,8 +105,13 @@ def eval_cmd(
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
 ) -> None:
-    """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
-    from clearsight.api import evaluate
+    """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
+    folder); per-image CSV and summary JSON."""
+    from clearsight.api import evaluate, model_task
+
+    if model_task(model) == "detect":
+        _eval_detection(model, data, out, device)
+        return
 
     restorer = make_restorer(
         model,

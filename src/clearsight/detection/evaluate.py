@@ -7,14 +7,31 @@ low-confidence tail of the precision-recall curve.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from clearsight.data.coco import CocoDataset
+from clearsight.atomic import atomic_write_text
+from clearsight.data.coco import CocoDataset, CocoFormatError, load_coco
 from clearsight.detection.detector import Detections, Detector
-from clearsight.metrics.coco_eval import Backend, CocoEvalResult, evaluate_coco
+from clearsight.metrics.coco_eval import Backend, CocoEvalResult, evaluate_coco, image_rows
 
-__all__ = ["EVAL_SCORE_THRESHOLD", "detect_dataset", "evaluate_detector"]
+__all__ = [
+    "EVAL_SCORE_THRESHOLD",
+    "DetectionEvalResult",
+    "detect_dataset",
+    "evaluate_coco_set",
+    "evaluate_detector",
+    "find_coco_set",
+]
 
 EVAL_SCORE_THRESHOLD = 0.001
 
@@ -51,3 +68,122 @@ def evaluate_detector(
     return evaluate_coco(
         dataset.raw, results, backend=backend, max_detections=max_detections
     ), results
+
+
+METRIC_KEYS = {
+    "AP": "ap",
+    "AP50": "ap50",
+    "AP75": "ap75",
+    "APs": "ap_small",
+    "APm": "ap_medium",
+    "APl": "ap_large",
+}  # summary.json's names -> CocoEvalResult's fields
+
+
+@dataclass
+class DetectionEvalResult:
+    """A detector scored on a COCO-format set: the COCO figures, per-image rows and timing."""
+
+    model_name: str
+    data_name: str
+    coco: CocoEvalResult
+    rows: list[dict[str, Any]]
+    results: list[dict[str, Any]] = field(repr=False, default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        lat = [r["latency_ms"] for r in self.rows]
+        return {
+            "model": self.model_name,
+            "data": self.data_name,
+            "task": "detect",
+            "n": len(self.rows),
+            "metrics": {k: _json_float(getattr(self.coco, f)) for k, f in METRIC_KEYS.items()},
+            "per_class": {str(k): _json_float(v) for k, v in self.coco.per_class.items()},
+            "evaluator": self.coco.backend,
+            "detections": self.coco.num_detections,
+            "latency_ms": {"mean": statistics.fmean(lat), "median": statistics.median(lat)}
+            if lat
+            else None,
+        }
+
+    def per_image_csv(self) -> str:
+        buf = io.StringIO()
+        cols = [
+            "file_name",
+            "image_id",
+            "ground_truth",
+            "detections",
+            "matches",
+            "false_positives",
+            "misses",
+            "latency_ms",
+        ]
+        writer = csv.DictWriter(buf, cols, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for r in self.rows:
+            writer.writerow({**r, "latency_ms": f"{r['latency_ms']:.2f}"})
+        return buf.getvalue()
+
+    def write(self, out_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+        """Write `per_image.csv` and `summary.json` atomically (as restoration eval does)."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        csv_path, json_path = out / "per_image.csv", out / "summary.json"
+        atomic_write_text(csv_path, self.per_image_csv())
+        atomic_write_text(json_path, json.dumps(self.summary(), indent=2) + "\n")
+        return csv_path, json_path
+
+
+def _json_float(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+def find_coco_set(data: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """`DIR/annotations/instances_*.json` and its image folder (`DIR/<split>` named after the
+    JSON, e.g. val2017, else `DIR/images`): the layout COCO and its subsets ship in."""
+    root = Path(data)
+    found = sorted((root / "annotations").glob("instances_*.json"))
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)}"
+        raise CocoFormatError(
+            f"{root}: {what} annotations/instances_*.json found; a COCO-format set has one"
+        )
+    split = found[0].stem.removeprefix("instances_")
+    for images in (root / split, root / "images"):
+        if images.is_dir():
+            return found[0], images
+    raise CocoFormatError(f"{root}: no image folder {split}/ or images/ beside annotations/")
+
+
+def evaluate_coco_set(
+    detector: Detector,
+    data: str | os.PathLike[str],
+    *,
+    model_name: str = "",
+    backend: Backend | str = "faster-coco-eval",
+    max_detections: int = 100,
+    on_start: Callable[[int], None] | None = None,
+    on_image: Callable[[int, Detections], None] | None = None,
+) -> DetectionEvalResult:
+    """Detect on every image of the COCO-format folder `data` (timed), then score it."""
+    ann, images = find_coco_set(data)
+    dataset = load_coco(ann, images)
+    if on_start is not None:
+        on_start(len(dataset.images))
+    latency: dict[int, float] = {}
+    t0 = [time.perf_counter()]
+
+    def timed(i: int, dets: Detections) -> None:
+        now = time.perf_counter()
+        latency[dataset.images[i].id] = (now - t0[0]) * 1000.0
+        t0[0] = now
+        if on_image is not None:
+            on_image(i, dets)
+
+    results = detect_dataset(detector, dataset, max_detections=max_detections, on_image=timed)
+    coco = evaluate_coco(dataset.raw, results, backend=backend, max_detections=max_detections)
+    rows = [
+        {**r, "latency_ms": latency.get(r["image_id"], 0.0)}
+        for r in image_rows(dataset.raw, results)
+    ]
+    return DetectionEvalResult(model_name, str(data), coco, rows, results)
