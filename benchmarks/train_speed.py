@@ -180,24 +180,28 @@ def main() -> None:
         data = make_data(Path(tmp) / "pairs", max(PATCH, args.mbcnn_patch) + 8)
         variants = build_variants(args, data, Path(tmp))
         run_rounds(variants, args.steps)
-    print(f"median of {args.steps} interleaved steps after 2 warm-up rounds")
+    report(variants, args.steps)
+
+
+def report(variants: list[Variant], steps: int) -> None:
+    """The table, then the one line that scripts read."""
+    print(f"median of {steps} interleaved steps after 2 warm-up rounds")
     print(f"{'model':<13}{'variant':<34}{'s/step':>8}{'vs before':>11}{'vs official':>13}")
-    official = next(
-        (statistics.median(v.times) for v in variants if v.name.startswith("official")), None
-    )
+    med = {id(v): statistics.median(v.times) for v in variants}
+    official = next((med[id(v)] for v in variants if v.name.startswith("official")), None)
     for arch in dict.fromkeys(v.arch for v in variants):
         rows = [v for v in variants if v.arch == arch]
-        before = next(statistics.median(v.times) for v in rows if v.name.startswith("before"))
+        before = next(med[id(v)] for v in rows if v.name.startswith("before"))
         for v in rows:
-            s = statistics.median(v.times)
+            s = med[id(v)]
             vs_off = f"{official / s:.2f}x" if official and arch == "rescan" else "-"
             print(f"{arch:<13}{v.name:<34}{s:>8.3f}{before / s:>10.2f}x{vs_off:>13}")
     ours = [v for v in variants if v.arch == "rescan" and not v.name.startswith("official")]
     if official is None or not ours:
         print("speed-up vs official: n/a (official code or RESCAN not run)")
         return
-    fp32 = min(statistics.median(v.times) for v in ours if v.fp32)
-    fastest = min(statistics.median(v.times) for v in ours)
+    fp32 = min(med[id(v)] for v in ours if v.fp32)
+    fastest = min(med[id(v)] for v in ours)
     print(
         f"speed-up vs official: {official / fp32:.2f}x (fp32) {official / fastest:.2f}x (fastest)"
     )
