@@ -101,7 +101,14 @@ class TrainSection:
     grad_accum: int = 1
     clip_grad_norm: float = 0.0  # 0: off
     ema_decay: float = 0.0  # 0: off
-    amp: str = "auto"  # auto (bf16 on a CUDA device that has it, else off) | bf16 | off
+    amp: str = "auto"
+    """auto: bf16 autocast where the device computes bf16 natively (a CUDA GPU that supports
+    it, or a CPU with AVX512-BF16 or AMX, see `clearsight.cpu_features`), else fp32;
+    bf16: always (emulated, hence slower, on other CPUs); off: fp32."""
+    memory_format: str = "auto"
+    """auto: channels-last on CPU for architectures that measured faster with it (the model's
+    `prefers_channels_last`), else contiguous; channels_last | contiguous: forced. The math
+    is the same either way (equal within float rounding)."""
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     log_every: int = 10
@@ -145,6 +152,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "schedule.name": ("multistep", "cosine"),
     "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn"),
     "train.amp": ("auto", "bf16", "off"),
+    "train.memory_format": ("auto", "channels_last", "contiguous"),
 }
 POSITIVE = {"data.patch_size", "data.batch_size", "data.repeat", "train.steps", "train.grad_accum"}
 POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.nan_patience"}

@@ -9,6 +9,11 @@ start, so a rollback always has a target); resume continues bit-exactly on CPU; 
 loss skips its step, `nan_patience` in a row roll back to the last checkpoint at half the LR,
 and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError`.
 
+Speed without changing the math: on CPU the model and batches are channels-last for the
+architectures that measured faster so (`train.memory_format: auto`, the model's
+`prefers_channels_last`), and `train.amp: auto` turns bf16 autocast on only where the device
+computes bf16 natively (`choose_amp`); the first log line of a run says what was chosen.
+
 Under `torchrun` (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel (gloo on
 CPU, NCCL on GPU), `data.batch_size` is split across ranks, and only rank 0 writes files.
 """
@@ -34,6 +39,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from clearsight.artifact import LoadedModel, make_config, save_artifact
+from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
 from clearsight.engine.checkpoint import (
     CHECKPOINT_FILE,
@@ -44,14 +50,28 @@ from clearsight.engine.checkpoint import (
     set_rng_state,
 )
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.train_config import TrainConfig, TrainConfigError, config_from_dict
+from clearsight.engine.train_config import (
+    TrainConfig,
+    TrainConfigError,
+    TrainSection,
+    config_from_dict,
+)
 from clearsight.errors import ClearsightError
 from clearsight.io import tensor_to_image
 from clearsight.losses import build_loss
 from clearsight.metrics.presets import get_preset
 from clearsight.models.registry import build_model, get_spec
 
-__all__ = ["TrainResult", "TrainingDivergedError", "train", "OVERFIT_MARGIN"]
+__all__ = [
+    "OVERFIT_MARGIN",
+    "SpeedSettings",
+    "TrainResult",
+    "TrainingDivergedError",
+    "choose_amp",
+    "speed_settings",
+    "train",
+    "use_channels_last",
+]
 
 LOG_FILE = "train_log.jsonl"
 OVERFIT_MARGIN = 0.5
@@ -85,6 +105,65 @@ class TrainResult:
 
 
 # ------------------------------------------------------------------------------ pieces
+@dataclass(frozen=True)
+class SpeedSettings:
+    """How the steps are computed: bf16 autocast or fp32, and the memory layout."""
+
+    amp: bool
+    channels_last: bool
+    why: str
+    """Why amp was (not) chosen, e.g. 'auto: AVX2, no native bf16'."""
+
+    def describe(self) -> str:
+        layout = "channels-last" if self.channels_last else "contiguous"
+        return f"train: {'bf16 autocast' if self.amp else 'fp32'}, {layout} ({self.why})"
+
+    def log_fields(self) -> dict[str, str]:
+        """Strings only: TensorBoard takes the numeric fields of a log record as scalars."""
+        return {
+            "amp": "bf16" if self.amp else "off",
+            "memory_format": "channels_last" if self.channels_last else "contiguous",
+            "amp_reason": self.why,
+        }
+
+
+def choose_amp(
+    setting: str, device: torch.device, cpu: CpuFeatures | None = None
+) -> tuple[bool, str]:
+    """`train.amp` resolved on `device`: (bf16 on?, why). `cpu` defaults to this machine's.
+
+    "auto" takes bf16 only where it is native: a CUDA device that supports it, or a CPU with
+    AVX512-BF16 or AMX. On other CPUs bf16 is emulated and slower than fp32, so never there.
+    """
+    if setting == "off":
+        return False, "train.amp: off"
+    if setting == "bf16":
+        return True, "train.amp: bf16"
+    if device.type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return ok, f"auto: CUDA device {'with' if ok else 'without'} bf16"
+    if device.type != "cpu":
+        return False, f"auto: bf16 untested on {device.type}"
+    feats = cpu if cpu is not None else detect_cpu_features()
+    return feats.native_bf16, f"auto: {feats.describe()}"
+
+
+def use_channels_last(setting: str, model: nn.Module, device: torch.device) -> bool:
+    """`train.memory_format` resolved: "auto" follows the architecture's measured preference
+    (`prefers_channels_last`, a class attribute of the model), on CPU only, where it was
+    measured."""
+    if setting != "auto":
+        return setting == "channels_last"
+    return device.type == "cpu" and bool(getattr(model, "prefers_channels_last", False))
+
+
+def speed_settings(
+    t: TrainSection, model: nn.Module, device: torch.device, cpu: CpuFeatures | None = None
+) -> SpeedSettings:
+    amp, why = choose_amp(t.amp, device, cpu)
+    return SpeedSettings(amp, use_channels_last(t.memory_format, model, device), why)
+
+
 @dataclass(frozen=True)
 class _Dist:
     rank: int = 0
@@ -247,6 +326,12 @@ class _Run:
         if cfg.model.init:
             _init_from(self.model, cfg)
         self.spec = get_spec(cfg.model.arch)
+        self.memory_format = (
+            torch.channels_last
+            if use_channels_last(t.memory_format, self.model, d.device)
+            else torch.contiguous_format
+        )
+        self.model.to(memory_format=self.memory_format)  # before the EMA copy and optimizer
         self.ema = copy.deepcopy(self.model).requires_grad_(False) if t.ema_decay > 0 else None
         self.net: nn.Module = self.model
         if d.world > 1:
@@ -272,10 +357,8 @@ class _Run:
         self.stream = _BatchStream(self.train_ds, per_rank, cfg.data.workers, cfg.data.seed, d)
         self.val_ds = _open_data(cfg, cfg.data.val, False) if cfg.data.val and not overfit else None
         self.preset = get_preset(cfg.val.preset or self.spec.metric_preset, cfg.val.crop_border)
-        amp = t.amp == "bf16" or (
-            t.amp == "auto" and d.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        )
-        self.amp = amp
+        self.speed = speed_settings(t, self.model, d.device)
+        self.amp = self.speed.amp
         self.step, self.best, self.val_metrics = 0, -math.inf, {}
         self.nan_skipped, self.nan_streak, self.rollbacks, self.lr_scale = 0, 0, 0, 1.0
         self.data_hash = data_hash(self.train_ds)
@@ -329,6 +412,8 @@ class _Run:
             inp, tgt = batch if batch is not None else self.stream.next()
             inp = self.spec.preprocess.to_model(inp.to(self.d.device, non_blocking=True))
             tgt = self.spec.preprocess.to_model(tgt.to(self.d.device, non_blocking=True))
+            inp = inp.contiguous(memory_format=self.memory_format)
+            tgt = tgt.contiguous(memory_format=self.memory_format)
             sync = micro == t.grad_accum - 1 or not isinstance(
                 self.net, nn.parallel.DistributedDataParallel
             )
@@ -431,6 +516,8 @@ class _Run:
         t, res = self.cfg.train, TrainResult(self.run_dir, self.step)
         fixed = self.stream.next() if self.overfit else None
         window: list[float] = []
+        speed_logged = False
+        bar.note(self.speed.describe())
         t0, s0 = time.perf_counter(), self.step
         budget_s = t.max_minutes * 60.0
         durations: list[float] = []
@@ -466,14 +553,16 @@ class _Run:
             bar.update(self.step, loss=loss, rate=rate)
             if self.step % t.log_every == 0 or self.step == t.steps:
                 lr = self.opt.param_groups[0]["lr"]
-                self.log(
-                    {
-                        "step": self.step,
-                        "loss": sum(window) / len(window),
-                        "lr": lr,
-                        "steps_per_s": rate,
-                    }
-                )
+                record = {
+                    "step": self.step,
+                    "loss": sum(window) / len(window),
+                    "lr": lr,
+                    "steps_per_s": rate,
+                }
+                if not speed_logged:  # the first line of each process says what it chose
+                    record.update(self.speed.log_fields())
+                    speed_logged = True
+                self.log(record)
                 window = []
             if self.overfit:
                 continue

@@ -1,0 +1,192 @@
+"""Faster training with the same math: channels-last and fused gates equal the reference,
+`train.amp: auto` takes bf16 only on a CPU that computes it natively, resume stays exact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from clearsight.cpu_features import CpuFeatures, detect_cpu_features
+from clearsight.engine import trainer
+from clearsight.engine.checkpoint import load_checkpoint
+from clearsight.engine.train_config import TrainConfigError, config_from_dict
+from clearsight.engine.trainer import choose_amp, train, use_channels_last
+from clearsight.losses import build_loss
+from clearsight.models import rescan
+from clearsight.models.mbcnn import MBCNN
+from clearsight.models.registry import build_model
+from clearsight.models.rescan import RESCAN
+from tests.train_utils import make_pairs, tiny_config, tiny_raw
+
+CPU = torch.device("cpu")
+AVX2 = CpuFeatures("AVX2")
+AVX512 = CpuFeatures("AVX512")
+AVX512_BF16 = CpuFeatures("AVX512", avx512_bf16=True)
+AMX = CpuFeatures("AVX512", amx=True)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pairs(tmp_path_factory.mktemp("pairs"))
+
+
+# ------------------------------------------------------------------ amp: auto on the CPU
+@pytest.mark.parametrize(
+    ("cpu", "expected"), [(AVX2, False), (AVX512, False), (AVX512_BF16, True), (AMX, True)]
+)
+def test_auto_amp_takes_bf16_only_where_the_cpu_has_it(cpu: CpuFeatures, expected: bool) -> None:
+    on, why = choose_amp("auto", CPU, cpu)
+    assert on is expected
+    assert why.startswith("auto: ") and ("no native bf16" in why) is not expected
+
+
+def test_explicit_amp_settings_ignore_the_cpu() -> None:
+    assert choose_amp("off", CPU, AMX)[0] is False
+    assert choose_amp("bf16", CPU, AVX2)[0] is True
+
+
+def test_detection_reports_this_machine_consistently() -> None:
+    feats = detect_cpu_features()
+    assert feats.capability == torch.backends.cpu.get_cpu_capability()
+    assert feats.native_bf16 == (feats.avx512_bf16 or feats.amx)
+    assert choose_amp("auto", CPU)[0] is feats.native_bf16
+
+
+@pytest.mark.parametrize(("cpu", "amp"), [(AVX2, "off"), (AMX, "bf16")])
+def test_the_run_uses_and_logs_the_detected_choice(
+    cpu: CpuFeatures, amp: str, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainer, "detect_cpu_features", lambda: cpu)
+    seen: list[bool] = []
+    real = trainer.build_loss
+
+    def spying_loss(*args: object, **kw: object):  # records whether autocast is on in the step
+        fn = real(*args, **kw)  # type: ignore[arg-type]
+
+        def loss(*a: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return fn(*a)
+
+        return loss
+
+    monkeypatch.setattr(trainer, "build_loss", spying_loss)
+    raw = tiny_raw(data, train={"steps": 2, "device": "cpu"})
+    raw["data"]["val"] = None
+    cfg = config_from_dict(raw)
+    train(cfg, tmp_path, progress=False)
+    assert seen == [amp == "bf16"] * 2
+    first = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])
+    assert first["amp"] == amp and first["memory_format"] == "channels_last"
+    assert cpu.describe() in first["amp_reason"]
+
+
+# ------------------------------------------------------------------ channels-last
+def test_memory_format_setting() -> None:
+    cl, plain = RESCAN(channels=4, stages=2, depth=3), nn.Conv2d(3, 3, 3)
+    assert use_channels_last("auto", cl, CPU) is True  # the model's measured preference
+    assert use_channels_last("auto", plain, CPU) is False  # no preference: as before
+    assert use_channels_last("auto", cl, torch.device("meta")) is False  # measured on CPU only
+    assert use_channels_last("contiguous", cl, CPU) is False
+    assert use_channels_last("channels_last", plain, CPU) is True
+    assert isinstance(RESCAN.prefers_channels_last, bool)
+    assert isinstance(MBCNN.prefers_channels_last, bool)
+    with pytest.raises(TrainConfigError, match="train.memory_format"):
+        tiny_config(Path("."), train={"memory_format": "nhwc"})
+
+
+def _step(model: nn.Module, loss: str, x: torch.Tensor, y: torch.Tensor, fmt: torch.memory_format):
+    """Outputs and parameter gradients of one forward + loss + backward in layout `fmt`."""
+    model.zero_grad(set_to_none=True)
+    model.to(memory_format=fmt)
+    x, y = x.contiguous(memory_format=fmt), y.contiguous(memory_format=fmt)
+    outs = model(x)
+    fn = build_loss(loss, residual=bool(getattr(model, "predicts_residual", False)))
+    fn(outs, x, y).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return [o.detach().contiguous() for o in outs], grads
+
+
+def _assert_close(a: tuple, b: tuple) -> None:
+    for oa, ob in zip(a[0], b[0], strict=True):
+        torch.testing.assert_close(oa, ob, rtol=1e-4, atol=1e-5)
+    assert a[1].keys() == b[1].keys() and a[1]
+    for k in a[1]:
+        torch.testing.assert_close(a[1][k], b[1][k], rtol=1e-3, atol=1e-5, msg=k)
+
+
+@pytest.mark.parametrize(
+    ("arch", "args", "loss", "size"),
+    [
+        ("rescan", {"unit": "GRU", "channels": 6, "stages": 3, "depth": 4}, "rescan", 20),
+        ("rescan", {"unit": "LSTM", "channels": 6, "stages": 2, "depth": 3}, "rescan", 20),
+        ("mbcnn-light", {"n_filters": 4}, "mbcnn", 32),
+    ],
+)
+def test_channels_last_equals_contiguous_forward_and_backward(
+    arch: str, args: dict, loss: str, size: int
+) -> None:
+    torch.manual_seed(0)
+    model = build_model(arch, **args)
+    x, y = torch.rand(2, 3, size, size), torch.rand(2, 3, size, size)
+    ref = _step(model, loss, x, y, torch.contiguous_format)
+    fast = _step(model, loss, x, y, torch.channels_last)
+    _assert_close(ref, fast)
+
+
+def _gates_one_by_one(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The reference for `rescan._gates`: one conv per gate, as the official code does."""
+    return tuple(
+        F.conv2d(x, c.weight, c.bias, padding=c.padding, dilation=c.dilation) for c in convs
+    )
+
+
+@pytest.mark.parametrize("unit", ["GRU", "LSTM"])
+@pytest.mark.parametrize("fmt", [torch.contiguous_format, torch.channels_last])
+def test_fused_gates_equal_one_conv_per_gate(
+    unit: str, fmt: torch.memory_format, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(1)
+    model = build_model("rescan", unit=unit, channels=6, stages=3, depth=4)
+    x, y = torch.rand(2, 3, 20, 20), torch.rand(2, 3, 20, 20)
+    fused = _step(model, "rescan", x, y, fmt)
+    monkeypatch.setattr(rescan, "_gates", _gates_one_by_one)
+    reference = _step(model, "rescan", x, y, torch.contiguous_format)
+    _assert_close(reference, fused)
+
+
+# ------------------------------------------------------------------ exact resume
+@pytest.mark.parametrize(
+    ("model", "memory_format", "amp"),
+    [
+        ({}, "contiguous", "off"),
+        ({}, "channels_last", "bf16"),
+        ({}, "contiguous", "bf16"),
+        ({"arch": "mbcnn-light", "args": {"n_filters": 4}}, "channels_last", "off"),
+    ],
+)
+def test_resume_is_bit_exact_under_each_setting(
+    model: dict, memory_format: str, amp: str, data: Path, tmp_path: Path
+) -> None:
+    sections: dict = {"train": {"memory_format": memory_format, "amp": amp, "device": "cpu"}}
+    if model:
+        sections.update(model=model, loss={"name": "mbcnn"})
+    cfg = tiny_config(data, **sections)
+    train(cfg, tmp_path / "a", progress=False)
+    half = tiny_config(data, **{**sections, "train": {**sections["train"], "steps": 4}})
+    train(half, tmp_path / "b", progress=False)
+    train(cfg, tmp_path / "b", resume=True, progress=False)
+    a, b = load_checkpoint(tmp_path / "a"), load_checkpoint(tmp_path / "b")
+    assert a["step"] == b["step"] == 8
+    for key in a["model"]:
+        assert torch.equal(a["model"][key], b["model"][key]), key
+    opt_a, opt_b = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert opt_a.keys() == opt_b.keys() and opt_a
+    for i in opt_a:
+        assert torch.equal(opt_a[i]["exp_avg"], opt_b[i]["exp_avg"]), i
+    first = json.loads((tmp_path / "a" / "train_log.jsonl").read_text().splitlines()[0])
+    assert first["memory_format"] == memory_format and first["amp"] == amp
