@@ -17,7 +17,7 @@ from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.train_config import TrainConfigError, config_from_dict
 from clearsight.engine.trainer import choose_amp, train, use_channels_last
 from clearsight.losses import build_loss
-from clearsight.models import rescan
+from clearsight.models import rescan_units
 from clearsight.models.mbcnn import MBCNN
 from clearsight.models.registry import build_model
 from clearsight.models.rescan import RESCAN
@@ -139,7 +139,7 @@ def test_channels_last_equals_contiguous_forward_and_backward(
 
 
 def _gates_one_by_one(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The reference for `rescan._gates`: one conv per gate, as the official code does."""
+    """The reference for `rescan_units.fused_gates`: one conv per gate, as the official code does."""
     return tuple(
         F.conv2d(x, c.weight, c.bias, padding=c.padding, dilation=c.dilation) for c in convs
     )
@@ -154,7 +154,7 @@ def test_fused_gates_equal_one_conv_per_gate(
     model = build_model("rescan", unit=unit, channels=6, stages=3, depth=4)
     x, y = torch.rand(2, 3, 20, 20), torch.rand(2, 3, 20, 20)
     fused = _step(model, "rescan", x, y, fmt)
-    monkeypatch.setattr(rescan, "_gates", _gates_one_by_one)
+    monkeypatch.setattr(rescan_units, "fused_gates", _gates_one_by_one)
     reference = _step(model, "rescan", x, y, torch.contiguous_format)
     _assert_close(reference, fused)
 

@@ -461,6 +461,9 @@ class _Run:
             target = tensor_to_image(tgt, np.uint8)
             for k, v in self.preset.compute(tensor_to_image(out, np.uint8), target).items():
                 sums[k] = sums.get(k, 0.0) + min(v, 100.0)  # identical pairs: cap inf PSNR
+        # The Restorer moves a model that prefers NHWC to channels-last; training goes on in
+        # the run's own layout, or a resumed run (which starts in it) would round differently.
+        model.to(memory_format=self.memory_format)
         model.train()
         keys = sorted(sums) or ["psnr", "ssim"]
         vec = torch.tensor([sums.get(k, 0.0) for k in keys], dtype=torch.float64)
