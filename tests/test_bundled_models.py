@@ -21,7 +21,11 @@ runner = CliRunner()
 
 @pytest.mark.parametrize(
     ("name", "arch", "params"),
-    [("default-derain", "rescan", 149_823), ("default-demoire", "mbcnn-light", 3_899_433)],
+    [
+        ("default-derain", "rescan", 149_823),
+        ("default-demoire", "mbcnn-light", 3_899_433),
+        ("default-detect", "yolox-nano", 904_463),
+    ],
 )
 def test_bundled_model_loads_by_name_with_its_card(name, arch, params):
     assert name in bundled_models()

@@ -1,0 +1,1 @@
+"""Converters that bring weights published in other formats into clearsight modules."""
