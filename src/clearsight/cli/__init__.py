@@ -12,7 +12,17 @@ import importlib
 from clearsight.cli._app import app, console, err_console, main
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 
-COMMAND_MODULES = ("models", "restore", "evaluate", "data", "train", "compare", "audit", "export")
+COMMAND_MODULES = (
+    "models",
+    "restore",
+    "evaluate",
+    "data",
+    "train",
+    "compare",
+    "audit",
+    "export",
+    "serve",
+)
 for _name in COMMAND_MODULES:  # each registers its commands on `app`, in this order
     importlib.import_module(f"clearsight.cli.{_name}")
 

@@ -92,9 +92,7 @@ class Server:
             raise ApiError(404, f"unknown model {name!r}; this server has: {known}")
         if (kind == "detect") != served.is_detector:
             other = "/v1/detect" if served.is_detector else "/v1/restore"
-            raise ApiError(
-                422, f"model {name!r} is a {served.task!r} model; send it to {other}"
-            )
+            raise ApiError(422, f"model {name!r} is a {served.task!r} model; send it to {other}")
         return served
 
     async def read_form(self, request: Request) -> tuple[bytes, dict[str, str]]:
@@ -105,9 +103,7 @@ class Server:
             raise ApiError(413, _too_big(int(declared), limit))
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith("multipart/form-data"):
-            raise ApiError(
-                415, "send a multipart/form-data body with the file field 'image'"
-            )
+            raise ApiError(415, "send a multipart/form-data body with the file field 'image'")
 
         async def capped() -> AsyncGenerator[bytes, None]:
             total = 0
@@ -301,8 +297,11 @@ def _form_schema(fields: dict[str, str]) -> dict[str, Any]:
             "required": True,
             "content": {
                 "multipart/form-data": {
-                    "schema": {"type": "object", "required": ["image", "model"],
-                               "properties": props}  # fmt: skip
+                    "schema": {
+                        "type": "object",
+                        "required": ["image", "model"],
+                        "properties": props,
+                    }
                 }
             },
         }
@@ -318,7 +317,8 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(OptionError)
     async def option_error(_: Request, exc: OptionError) -> JSONResponse:
-        return _error_response(422, f"{exc.option}: {exc.detail}", option=exc.option)
+        name = form.field_name(exc.option)
+        return _error_response(422, f"{name}: {exc.detail}", option=name)
 
     @app.exception_handler(ClearsightError)
     async def clearsight_error(_: Request, exc: ClearsightError) -> JSONResponse:

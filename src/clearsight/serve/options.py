@@ -20,6 +20,13 @@ RESTORE_FIELDS = ("tile", "tta", "scales", "stages", "stage_threshold")
 DETECT_FIELDS = ("score_threshold",)
 OUTPUT_FIELDS = {"restore": ("format",), "detect": ("draw",)}
 COMMON_FIELDS = ("image", "model")
+FIELD_FOR_OPTION = {"ensemble": "tta"}
+"""`InferenceOptions` fields whose form field (like the CLI flag) has another name."""
+
+
+def field_name(option: str) -> str:
+    """The form field that sets `option` ("ensemble" -> "tta"), for error messages."""
+    return FIELD_FOR_OPTION.get(option, option)
 
 
 def check_fields(fields: Mapping[str, str], kind: str) -> None:

@@ -116,9 +116,7 @@ def detect_job(
         dets = detector.detect_batch([img], score_threshold=score_threshold)[0]
         ms = (time.perf_counter() - t0) * 1000.0
         job.check()
-        results = [
-            {**r, "name": name} for r, name in zip(dets.to_coco(0), dets.names, strict=True)
-        ]
+        results = [{**r, "name": name} for r, name in zip(dets.to_coco(0), dets.names, strict=True)]
         drawn = None
         if draw:
             out = folder / "detections.png"
