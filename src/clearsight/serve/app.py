@@ -166,10 +166,14 @@ class Server:
             self.in_flight -= 1
 
 
+def _size(n: int) -> str:
+    """Bytes as people read them: 25.0 MB, 3,900 bytes."""
+    return f"{n / (1024 * 1024):.1f} MB" if n >= 1024 * 1024 else f"{n:,} bytes"
+
+
 def _too_big(size: int, limit: int, at_least: bool = False) -> str:
-    mb = 1024 * 1024
     more = "over " if at_least else ""
-    return f"the upload is {more}{size / mb:.1f} MB; the server's limit is {limit / mb:.1f} MB"
+    return f"the upload is {more}{_size(size)}; the server's limit is {_size(limit)}"
 
 
 def _png_b64(data: bytes) -> str:
