@@ -130,6 +130,8 @@ function showDetections(body) {
     const label = document.createElement("span");
     label.textContent = r.name + " " + r.score.toFixed(2);
     label.style.background = colour(r.category_id);
+    if (y / body.height < 0.08) label.className = "inside"; // no room above: label inside
+
     box.appendChild(label);
     boxes.appendChild(box);
     const li = document.createElement("li");
