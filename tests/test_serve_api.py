@@ -326,3 +326,16 @@ def test_restored_bytes_equal_the_cli_output(
     assert resp.content == expected
     if model != "identity":  # a real model changed the pixels: the equality is not trivial
         assert resp.content != src.read_bytes()
+
+
+# ------------------------------------------------------------------------- the command
+
+
+def test_serve_command_refuses_bad_models_and_limits_in_one_line() -> None:
+    runner = CliRunner()
+    res = runner.invoke(cli_app, ["serve", "--models", "no-such-model", "--port", "1"])
+    assert res.exit_code == 1 and "no-such-model" in res.output
+    assert "Traceback" not in res.output
+    res = runner.invoke(cli_app, ["serve", "--models", "identity", "--max-upload-mb", "0"])
+    assert res.exit_code == 1 and "--max-upload-mb: must be > 0, got 0.0" in res.output
+    assert "serve" in runner.invoke(cli_app, ["--help"]).output

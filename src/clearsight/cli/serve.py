@@ -57,16 +57,21 @@ def serve_cmd(
             "pip install 'clearsight[serve]'"
         ) from None
     refs = [m.strip() for m in models.split(",") if m.strip()]
-    try:
-        limits = ServeLimits(
-            max_upload_bytes=int(max_upload_mb * 1024 * 1024),
-            max_pixels=max_pixels,
-            workers=workers,
-            max_in_flight=max_in_flight,
-            timeout_s=timeout,
-        )
-    except ValueError as exc:
-        raise ClearsightError(f"serve: {exc}") from None
+    for flag_name, value, low in (
+        ("--workers", workers, 0),
+        ("--max-in-flight", max_in_flight, 0),
+        ("--max-upload-mb", max_upload_mb, 1e-6),
+        ("--timeout", timeout, 1e-6),
+    ):
+        if not value >= low:
+            raise ClearsightError(f"{flag_name}: must be {'> 0' if low else '>= 0'}, got {value}")
+    limits = ServeLimits(
+        max_upload_bytes=max(1, int(max_upload_mb * 1024 * 1024)),
+        max_pixels=max_pixels,
+        workers=workers,
+        max_in_flight=max_in_flight,
+        timeout_s=timeout,
+    )
     _share_cores(limits.workers)
     server_app = create_app(refs, limits, device=device)
     err_console.print(
