@@ -339,3 +339,32 @@ def test_serve_command_refuses_bad_models_and_limits_in_one_line() -> None:
     res = runner.invoke(cli_app, ["serve", "--models", "identity", "--max-upload-mb", "0"])
     assert res.exit_code == 1 and "--max-upload-mb: must be > 0, got 0.0" in res.output
     assert "serve" in runner.invoke(cli_app, ["--help"]).output
+
+
+class SlowNet(nn.Module):
+    """Identity that takes a while per call and counts its calls (one per tile)."""
+
+    pad_multiple = 1
+    receptive_radius = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        time.sleep(0.05)
+        return x
+
+
+def test_abandoned_request_stops_at_the_next_tile() -> None:
+    net = SlowNet()
+    app = create_app({"slow": loaded(net)}, ServeLimits(workers=1, timeout_s=0.5))
+    img = png_bytes(random_image(128, 128))  # 64 tiles of 16x16: over 3 s in all
+    with TestClient(app) as c:
+        assert_json_error(post(c, "/v1/restore", img, model="slow", tile="16"), 504)
+        time.sleep(0.3)
+        stopped_at = net.calls
+        time.sleep(0.5)
+        assert net.calls == stopped_at < 64  # the thread left the tile loop
+        _wait(lambda: list(app.state.server.root.iterdir()) == [])

@@ -32,8 +32,14 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from clearsight._version import __version__
 from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
-from clearsight.serve import options as form
 from clearsight.serve.limits import ServeLimits
+from clearsight.serve.options import (
+    check_fields,
+    field_name,
+    flag_true,
+    restore_options,
+    score_threshold,
+)
 from clearsight.serve.registry import DEFAULT_MODELS, ServedModel, load_models
 from clearsight.serve.sniff import SUPPORTED, sniff_image
 from clearsight.serve.work import Abandoned, Job, TooManyPixels, detect_job, restore_job
@@ -245,9 +251,9 @@ def create_app(
     )
     async def restore(request: Request) -> Response:
         data, fields = await server.read_form(request)
-        form.check_fields(fields, "restore")
+        check_fields(fields, "restore")
         served = server.model(fields.get("model"), "restore")
-        options = form.restore_options(fields)
+        options = restore_options(fields)
         out_format = (fields.get("format") or "png").strip().lower()
         if out_format not in ("png", "json"):
             raise OptionError("format", f"expected png or json, got {out_format!r}")
@@ -276,10 +282,10 @@ def create_app(
         from clearsight.detection.detector import DEFAULT_SCORE_THRESHOLD
 
         data, fields = await server.read_form(request)
-        form.check_fields(fields, "detect")
+        check_fields(fields, "detect")
         served = server.model(fields.get("model"), "detect")
-        threshold = form.score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
-        draw = form.flag_true(fields, "draw", False)
+        threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
+        draw = flag_true(fields, "draw", False)
         job = server.job(data)
         results, drawn, facts = await server.run(
             job, lambda: detect_job(job, served, threshold, draw)
@@ -321,7 +327,7 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(OptionError)
     async def option_error(_: Request, exc: OptionError) -> JSONResponse:
-        name = form.field_name(exc.option)
+        name = field_name(exc.option)
         return _error_response(422, f"{name}: {exc.detail}", option=name)
 
     @app.exception_handler(ClearsightError)
