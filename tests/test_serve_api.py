@@ -368,3 +368,26 @@ def test_abandoned_request_stops_at_the_next_tile() -> None:
         time.sleep(0.5)
         assert net.calls == stopped_at < 64  # the thread left the tile loop
         _wait(lambda: list(app.state.server.root.iterdir()) == [])
+
+
+def test_models_by_artifact_path_and_onnx_file(tmp_path: Path) -> None:
+    import clearsight
+    from clearsight.errors import ClearsightError
+    from clearsight.export.onnx import export_onnx
+
+    with pytest.warns(UserWarning, match="rescan-conv"):
+        arch = clearsight.load_model("rescan-conv")
+    art = clearsight.save_artifact(arch.model, tmp_path / "my-derainer", arch.config)
+    onnx, _ = export_onnx(clearsight.load_model("identity"), tmp_path / "plain.onnx")
+    with TestClient(create_app([str(art), str(onnx)], ServeLimits(workers=1))) as c:
+        rows = {m["name"]: m for m in c.get("/v1/models").json()["models"]}
+        assert set(rows) == {"my-derainer", "plain"}  # file names' stems, never paths
+        assert rows["my-derainer"]["tasks"] == ["derain"]
+        img = random_image(24, 24, seed=3)
+        out = post(c, "/v1/restore", png_bytes(img), model="plain")
+        assert out.status_code == 200, out.text
+        np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(out.content))), img)
+        by_path = post(c, "/v1/restore", png_bytes(img), model=str(onnx))
+        assert by_path.status_code == 404  # a path is never looked up, only names
+    with pytest.raises(ClearsightError, match="both called 'my-derainer'"):
+        create_app([str(art), str(art)])

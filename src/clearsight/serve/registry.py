@@ -53,12 +53,13 @@ class ServedModel:
         }
 
 
-def served_name(ref: str, loaded: LoadedModel) -> str:
-    """What clients call a model: the reference as typed, or an artifact's own name (or its
-    file's stem) when the reference is a path."""
+def served_name(ref: str) -> str:
+    """What clients call a model: the reference as typed (a bundled or architecture name),
+    or for a path the file's stem or the folder's name (what the user chose to call it;
+    an artifact's own `name` is often just its architecture)."""
     if "/" not in ref and "\\" not in ref and not Path(ref).suffix:
         return ref
-    return loaded.config.name or Path(ref).stem
+    return Path(ref).stem
 
 
 def serve_model(name: str, loaded: LoadedModel, device: str = "cpu") -> ServedModel:
@@ -88,7 +89,7 @@ def load_models(
         pairs = []
         for ref in models:
             loaded = resolve_model(ref, device=device)
-            pairs.append((served_name(ref, loaded), loaded))
+            pairs.append((served_name(ref), loaded))
     out: dict[str, ServedModel] = {}
     for name, loaded in pairs:
         if name in out:
