@@ -139,7 +139,7 @@ def test_channels_last_equals_contiguous_forward_and_backward(
 
 
 def _gates_one_by_one(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The reference for `rescan_units.fused_gates`: one conv per gate, as the official code does."""
+    """The reference for `rescan_units.fused_gates`: one conv per gate, as the official code."""
     return tuple(
         F.conv2d(x, c.weight, c.bias, padding=c.padding, dilation=c.dilation) for c in convs
     )

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "compare",
     "audit",
     "export",
+    "serve",
 )
 for _name in COMMAND_MODULES:  # each registers its commands on `app`, in this order
     importlib.import_module(f"clearsight.cli.{_name}")

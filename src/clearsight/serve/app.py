@@ -1,0 +1,354 @@
+"""The FastAPI app: the page, `/v1/models`, `/v1/restore`, `/v1/detect`, `/healthz`.
+
+Requests are read with a byte cap (413), parsed in memory, sniffed (415), then handed to a
+fixed pool of inference threads so the event loop keeps answering (`/healthz` stays fast
+while images are restored). At most `max_in_flight` images are in the pool at once; the
+next gets 503 with Retry-After. A request past `timeout_s` gets 504 and frees its slot; its
+thread stops at the model's next tile. Every error is JSON `{"error": ...}`, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import shutil
+import tempfile
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from clearsight._version import __version__
+from clearsight.artifact import LoadedModel
+from clearsight.errors import ClearsightError, OptionError
+from clearsight.serve.limits import ServeLimits
+from clearsight.serve.options import (
+    check_fields,
+    field_name,
+    flag_true,
+    restore_options,
+    score_threshold,
+)
+from clearsight.serve.registry import DEFAULT_MODELS, ServedModel, load_models
+from clearsight.serve.sniff import SUPPORTED, sniff_image
+from clearsight.serve.work import Abandoned, Job, TooManyPixels, detect_job, restore_job
+
+log = logging.getLogger("clearsight.serve")
+STATIC = Path(__file__).with_name("static")
+T = TypeVar("T")
+
+
+class ApiError(Exception):
+    """An error answered as JSON with this status (and optional headers)."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def _error_response(
+    status: int, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status, **extra}, status, headers=headers)
+
+
+def _clearsight_status(exc: ClearsightError) -> int:
+    if isinstance(exc, TooManyPixels):
+        return 413
+    return 422  # a bad option, an unreadable image: the request is understood but refused
+
+
+class _InMemoryMultiPart(MultiPartParser):
+    """Starlette's parser with the upload kept in memory: the body is capped before parsing,
+    so nothing spills to a temporary file outside the server's private folder."""
+
+    spool_max_size = 1 << 62
+
+
+class Server:
+    """The shared state behind the routes: models, limits, pool, slots, private folder."""
+
+    def __init__(self, models: dict[str, ServedModel], limits: ServeLimits) -> None:
+        self.models, self.limits = models, limits
+        self.pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="clearsight-infer")
+        self.root = Path(tempfile.mkdtemp(prefix="clearsight-serve-"))  # mode 0700
+        self.in_flight = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def model(self, name: str | None, kind: str) -> ServedModel:
+        if not name:
+            raise ApiError(422, "field 'model' is missing; see GET /v1/models")
+        served = self.models.get(name)
+        if served is None:
+            known = ", ".join(self.models)
+            raise ApiError(404, f"unknown model {name!r}; this server has: {known}")
+        if (kind == "detect") != served.is_detector:
+            other = "/v1/detect" if served.is_detector else "/v1/restore"
+            raise ApiError(422, f"model {name!r} is a {served.task!r} model; send it to {other}")
+        return served
+
+    async def read_form(self, request: Request) -> tuple[bytes, dict[str, str]]:
+        """The `image` bytes and the text fields, the body read with the upload cap."""
+        limit = self.limits.max_upload_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit + 64 * 1024:
+            raise ApiError(413, _too_big(int(declared), limit))
+        ctype = request.headers.get("content-type", "")
+        if not ctype.startswith("multipart/form-data"):
+            raise ApiError(415, "send a multipart/form-data body with the file field 'image'")
+
+        async def capped() -> AsyncGenerator[bytes, None]:
+            total = 0
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > limit + 64 * 1024:  # the form's own bytes around the file
+                    raise ApiError(413, _too_big(total, limit, at_least=True))
+                yield chunk
+
+        try:
+            parsed = await _InMemoryMultiPart(
+                request.headers, capped(), max_files=1, max_fields=32
+            ).parse()
+        except MultiPartException as exc:
+            raise ApiError(400, f"malformed form: {exc.message}") from None
+        fields: dict[str, str] = {}
+        data: bytes | None = None
+        for key, value in parsed.multi_items():
+            if isinstance(value, UploadFile):
+                if key != "image":
+                    raise OptionError(key, "unexpected file field; send the image as 'image'")
+                data = await value.read()
+                await value.close()
+            else:
+                fields[key] = value
+        if data is None:
+            raise ApiError(422, "field 'image' is missing: attach the image file as 'image'")
+        if len(data) > limit:
+            raise ApiError(413, _too_big(len(data), limit))
+        return data, fields
+
+    def job(self, data: bytes) -> Job:
+        fmt = sniff_image(data)
+        if fmt is None:
+            raise ApiError(
+                415, f"the uploaded file is not an image this server reads ({SUPPORTED})"
+            )
+        return Job(data, fmt, self.root, self.limits.max_pixels)
+
+    async def run(self, job: Job, fn: Callable[[], T]) -> T:
+        """Run `fn` on an inference thread within a slot; 503 when none is free, 504 late."""
+        limits = self.limits
+        if self.in_flight >= limits.max_in_flight:
+            raise ApiError(
+                503,
+                f"the server is busy ({self.in_flight} images in flight); retry shortly",
+                {"Retry-After": str(limits.retry_after_s)},
+            )
+        self.in_flight += 1
+        future = self.pool.submit(fn)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), limits.timeout_s)
+        except TimeoutError:
+            job.cancelled.set()
+            future.cancel()  # still queued: never runs; running: stops at its next tile
+            raise ApiError(
+                504, f"the image took longer than the server's limit of {limits.timeout_s:g} s"
+            ) from None
+        finally:
+            self.in_flight -= 1
+
+
+def _size(n: int) -> str:
+    """Bytes as people read them: 25.0 MB, 3,900 bytes."""
+    return f"{n / (1024 * 1024):.1f} MB" if n >= 1024 * 1024 else f"{n:,} bytes"
+
+
+def _too_big(size: int, limit: int, at_least: bool = False) -> str:
+    more = "over " if at_least else ""
+    return f"the upload is {more}{_size(size)}; the server's limit is {_size(limit)}"
+
+
+def _png_b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def create_app(
+    models: Sequence[str] | Mapping[str, LoadedModel] = DEFAULT_MODELS,
+    limits: ServeLimits | None = None,
+    device: str = "cpu",
+) -> FastAPI:
+    """The app serving `models` (references loaded now, or loaded models by name)."""
+    server = Server(load_models(models, device=device), limits or ServeLimits())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncGenerator[None, None]:
+        yield
+        server.close()
+
+    app = FastAPI(
+        title="clearsight",
+        version=__version__,
+        description="Image restoration (derain, demoiré) and object detection.",
+        lifespan=lifespan,
+    )
+    app.state.server = server
+    _install_errors(app)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    @app.get("/healthz", summary="Liveness: answers while images are being processed")
+    async def healthz() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "models": len(server.models),
+            "in_flight": server.in_flight,
+            "max_in_flight": server.limits.max_in_flight,
+        }
+
+    @app.get("/v1/models", summary="The loaded models and the tasks each serves")
+    async def list_models() -> dict[str, Any]:
+        return {
+            "models": [m.describe() for m in server.models.values()],
+            "limits": {
+                "max_upload_bytes": server.limits.max_upload_bytes,
+                "max_in_flight": server.limits.max_in_flight,
+                "timeout_s": server.limits.timeout_s,
+            },
+        }
+
+    @app.post(
+        "/v1/restore",
+        summary="Restore an image (PNG out, or JSON with a base64 PNG when format=json)",
+        responses={200: {"content": {"image/png": {}, "application/json": {}}}},
+        openapi_extra=_form_schema(
+            {
+                "model": "name from GET /v1/models",
+                "tile": "tile size in pixels (0: never tile; empty: automatic)",
+                "tta": "none, flip or x8",
+                "scales": "comma-separated scales, e.g. 1.0,0.75",
+                "stages": "all, auto or a number (multi-stage models)",
+                "stage_threshold": "with stages=auto",
+                "format": "png (default) or json",
+            }
+        ),
+    )
+    async def restore(request: Request) -> Response:
+        data, fields = await server.read_form(request)
+        check_fields(fields, "restore")
+        served = server.model(fields.get("model"), "restore")
+        options = restore_options(fields)
+        out_format = (fields.get("format") or "png").strip().lower()
+        if out_format not in ("png", "json"):
+            raise OptionError("format", f"expected png or json, got {out_format!r}")
+        job = server.job(data)
+        png, facts = await server.run(job, lambda: restore_job(job, served, options))
+        if out_format == "json":
+            return JSONResponse({"model": served.name, **facts, "image_png": _png_b64(png)})
+        headers = {
+            "X-Latency-Ms": f"{facts['latency_ms']:.2f}",
+            "Content-Disposition": 'inline; filename="restored.png"',
+        }
+        return Response(png, media_type="image/png", headers=headers)
+
+    @app.post(
+        "/v1/detect",
+        summary="Detect objects: COCO results JSON, optionally with a drawn copy (base64 PNG)",
+        openapi_extra=_form_schema(
+            {
+                "model": "name of a detection model from GET /v1/models",
+                "score_threshold": "keep boxes scoring at least this (0-1)",
+                "draw": "true: include the image with its boxes drawn",
+            }
+        ),
+    )
+    async def detect(request: Request) -> JSONResponse:
+        from clearsight.detection.detector import DEFAULT_SCORE_THRESHOLD
+
+        data, fields = await server.read_form(request)
+        check_fields(fields, "detect")
+        served = server.model(fields.get("model"), "detect")
+        threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
+        draw = flag_true(fields, "draw", False)
+        job = server.job(data)
+        results, drawn, facts = await server.run(
+            job, lambda: detect_job(job, served, threshold, draw)
+        )
+        body: dict[str, Any] = {"model": served.name, **facts, "results": results}
+        if drawn is not None:
+            body["image_png"] = _png_b64(drawn)
+        return JSONResponse(body)
+
+    return app
+
+
+def _form_schema(fields: dict[str, str]) -> dict[str, Any]:
+    """The multipart request body for the docs (the route parses the form itself, with caps)."""
+    props: dict[str, Any] = {"image": {"type": "string", "format": "binary"}}
+    props.update({k: {"type": "string", "description": v} for k, v in fields.items()})
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["image", "model"],
+                        "properties": props,
+                    }
+                }
+            },
+        }
+    }
+
+
+def _install_errors(app: FastAPI) -> None:
+    """Every error as `{"error": message, "status": code}`; tracebacks only in the log."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _error_response(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(OptionError)
+    async def option_error(_: Request, exc: OptionError) -> JSONResponse:
+        name = field_name(exc.option)
+        return _error_response(422, f"{name}: {exc.detail}", option=name)
+
+    @app.exception_handler(ClearsightError)
+    async def clearsight_error(_: Request, exc: ClearsightError) -> JSONResponse:
+        return _error_response(_clearsight_status(exc), str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error_response(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(422, "invalid request: " + "; ".join(
+            str(e.get("msg", e)) for e in exc.errors()))  # fmt: skip
+
+    @app.exception_handler(Exception)
+    async def internal_error(_: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, Abandoned):
+            return _error_response(504, "the request was abandoned after its time limit")
+        log.exception("internal error")
+        return _error_response(500, f"internal error ({type(exc).__name__}); see the server log")
+
+
+__all__ = ["ApiError", "Server", "create_app"]
