@@ -384,6 +384,7 @@ def _mbcnn(n_filters: int) -> MBCNN:
     task="demoire",
     description="MBCNN (CVPR 2020), nFilters 64, learnable bandpass: 14,192,041 params",
     metric_preset="rgb",
+    arg_bounds={"n_filters": (1, 256)},
 )
 def mbcnn(*, n_filters: int = 64) -> MBCNN:
     """MBCNN as published (nFilters 64)."""
@@ -395,6 +396,7 @@ def mbcnn(*, n_filters: int = 64) -> MBCNN:
     task="demoire",
     description="MBCNN light, nFilters 32: 3,899,433 params",
     metric_preset="rgb",
+    arg_bounds={"n_filters": (1, 256)},
 )
 def mbcnn_light(*, n_filters: int = 32) -> MBCNN:
     """MBCNN with half the width (the official "light" setting)."""

@@ -503,6 +503,10 @@ def _builder(default_unit: str, description: str) -> Callable[..., RESCAN]:
 
 
 for _name, _unit, _description in _VARIANTS:
-    register_model(_name, task="derain", description=_description, metric_preset="y-matlab")(
-        _builder(_unit, _description)
-    )
+    register_model(
+        _name,
+        task="derain",
+        description=_description,
+        metric_preset="y-matlab",
+        arg_bounds={"channels": (1, 512), "stages": (1, 32), "depth": (3, 16)},
+    )(_builder(_unit, _description))
