@@ -157,3 +157,20 @@ def test_temp_names_are_recognisable_and_keep_the_suffix(tmp_path: Path) -> None
     assert tmp.parent == tmp_path and tmp.suffix == ".png"
     assert tmp.name.startswith(".img.0001.clearsight-") and atomic.is_leftover(tmp.name)
     assert not atomic.is_leftover("img.0001.png") and not atomic.is_leftover(".img.abc.tmp.png")
+
+
+def test_training_sweeps_its_run_folder_of_dead_runs_leftovers(tmp_path: Path) -> None:
+    from clearsight.engine.trainer import train
+    from tests.train_utils import make_pairs, tiny_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    old = time.time() - 3600
+    stale = run / f".checkpoint.clearsight-{_dead_pid()}-0badc0de.tmp.pt"
+    foreign = run / ".notes.tmp.txt"
+    for p in (stale, foreign):
+        p.write_bytes(b"half a checkpoint")
+        os.utime(p, (old, old))
+    train(tiny_config(make_pairs(tmp_path / "data", n=4)), run, progress=False)
+    assert not stale.exists() and foreign.exists()
+    assert not [p for p in run.iterdir() if atomic.is_leftover(p.name)]
