@@ -120,7 +120,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.replace(target, old)
         os.replace(tmp, target)
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            _remove(old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -135,6 +135,15 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write UTF-8 `text` to `path` atomically."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _remove(p: Path) -> None:
+    """Remove a file, link or folder tree; one that is already gone is fine."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -179,10 +188,6 @@ def sweep_leftovers(
             continue
         if st.st_mtime >= cutoff or _pid_alive(int(m["pid"])):
             continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+        _remove(p)
         removed.append(p)
     return removed
