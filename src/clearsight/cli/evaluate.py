@@ -26,6 +26,7 @@ from clearsight.cli._options import (
 from clearsight.cli.restore import make_restorer
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.errors import ClearsightError
+from clearsight.out_paths import check_output_file, check_output_folder
 
 if TYPE_CHECKING:
     from clearsight.engine.evaluate import EvalResult
@@ -79,6 +80,10 @@ def eval_cmd(
     """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
     from clearsight.api import evaluate
 
+    if out is not None:
+        check_output_folder(out, "--out")
+    if report is not None:
+        check_output_file(report, "--report")
     restorer = make_restorer(
         model,
         tile=tile,
