@@ -333,3 +333,10 @@ def test_input_traced_through_a_pixel_unshuffle_passes_preprocessing():
 
     report = audit_model(Unshuffled, config=cfg(), size=16)
     assert report.by_name("preprocessing").passed, report.by_name("preprocessing").details
+
+
+def test_help_documents_the_exit_codes():
+    for args in (["--help"], ["restore", "--help"], ["derain", "--help"]):
+        text = " ".join(runner.invoke(app, args).output.split())
+        assert "Exit codes" in text and "3" in text.split("Exit codes", 1)[1], (args, text)
+    assert "--skip-existing" in " ".join(runner.invoke(app, ["demoire", "--help"]).output.split())
