@@ -344,3 +344,24 @@ def test_help_documents_the_exit_codes():
         text = " ".join(runner.invoke(app, args).output.split())
         assert "Exit codes" in text and "3" in text.split("Exit codes", 1)[1], (args, text)
     assert "--skip-existing" in " ".join(runner.invoke(app, ["demoire", "--help"]).output.split())
+
+
+def test_eval_and_export_skip_existing_outputs(tmp_path):
+    data = tmp_path / "data"
+    for sub in ("rain", "clean"):
+        (data / sub).mkdir(parents=True)
+        Image.fromarray(random_image(16, 16)).save(data / sub / "a.png")
+    out = tmp_path / "scores"
+    out.mkdir()
+    for name in ("per_image.csv", "summary.json"):
+        (out / name).write_text("precious\n")
+    args = ["eval", "--model", "identity", "--data", str(data), "--out", str(out)]
+    res = runner.invoke(app, [*args, "--skip-existing"])
+    assert res.exit_code == 0 and "skipped" in res.output, res.output
+    assert (out / "summary.json").read_text() == "precious\n"
+    res = runner.invoke(app, args)  # --overwrite, the default
+    assert res.exit_code == 0 and (out / "summary.json").read_text() != "precious\n"
+    onnx = tmp_path / "m.onnx"
+    onnx.write_text("precious\n")
+    res = runner.invoke(app, ["export", "identity", "-o", str(onnx), "--skip-existing"])
+    assert res.exit_code == 0 and "skipped" in res.output and onnx.read_text() == "precious\n"

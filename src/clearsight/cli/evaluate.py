@@ -18,6 +18,7 @@ from clearsight.cli._options import (
     ReportKOpt,
     ReportOpt,
     ScalesOpt,
+    SkipExistingOpt,
     StagesOpt,
     StageThresholdOpt,
     TileOpt,
@@ -76,6 +77,7 @@ def eval_cmd(
     backend: BackendOpt = "torch",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
+    skip_existing: SkipExistingOpt = False,
 ) -> None:
     """Score MODEL on paired data under a metric preset; per-image CSV and summary JSON."""
     from clearsight.api import evaluate
@@ -84,6 +86,11 @@ def eval_cmd(
         check_output_folder(out, "--out")
     if report is not None:
         check_output_file(report, "--report")
+    outputs = [out / "per_image.csv", out / "summary.json"] if out is not None else []
+    outputs += [report] if report is not None else []
+    if skip_existing and outputs and all(p.is_file() for p in outputs):
+        console.print("outputs exist, skipped (--skip-existing)", highlight=False)
+        return
     restorer = make_restorer(
         model,
         tile=tile,
