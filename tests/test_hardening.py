@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -365,3 +366,36 @@ def test_eval_and_export_skip_existing_outputs(tmp_path):
     onnx.write_text("precious\n")
     res = runner.invoke(app, ["export", "identity", "-o", str(onnx), "--skip-existing"])
     assert res.exit_code == 0 and "skipped" in res.output and onnx.read_text() == "precious\n"
+
+
+def test_onnx_graft_without_padding_fails_the_file_not_the_size(tmp_path):
+    """The issue's reproduction: clearsight's metadata on a convolution without padding."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from clearsight.artifact import make_config
+    from clearsight.onnx_meta import metadata_props
+
+    cfg = make_config(nn.Identity(), "identity", {}, name="graft")
+    weight = numpy_helper.from_array(np.zeros((3, 3, 3, 3), np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["input", "w"], ["output"], kernel_shape=[3, 3])],
+        "graft",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 3, "oH", "oW"])],
+        [weight],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    info = {"format_version": 1, "outputs": ["output"], "pad_multiple": 1}
+    for key, value in metadata_props(cfg, info).items():
+        proto.metadata_props.add(key=key, value=value)
+    path = tmp_path / "graft.onnx"
+    onnx.save(proto, str(path))
+    img = tmp_path / "x.png"
+    Image.fromarray(random_image(321, 481)).save(img)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["restore", "--model", str(path), str(img), "-o", str(out)])
+    text = " ".join(res.output.split())
+    assert res.exit_code == EXIT_SOME_FAILED, text
+    assert "'graft'" in text and "319, 479" in text and "321x481" in text
+    assert not (out / "x.png").exists()
