@@ -240,7 +240,9 @@ def export_onnx(
     config in the metadata), parity-checked against PyTorch; default file MODEL.onnx."""
     from clearsight.export.onnx import check_format, default_output
     from clearsight.export.onnx import export_onnx as export_loaded
+    from clearsight.out_paths import check_output_file
 
     fmt = check_format(fmt)
+    target = check_output_file(out or default_output(str(model), fmt), "export output")
     loaded = load_model(model)
-    return export_loaded(loaded, out or default_output(str(model), fmt))
+    return export_loaded(loaded, target)

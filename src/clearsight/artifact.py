@@ -1,10 +1,15 @@
-"""Self-describing model artifacts (docs/architecture.md §3.1).
+"""Self-describing model artifacts (docs/architecture.md §3.1; limits in docs/reliability.md).
 
 An artifact is a folder holding `model.safetensors` and `config.json`, or one
 `.safetensors` file whose metadata carries the same JSON. The config names the
 architecture and its constructor arguments, the task, the preprocessing spec, the
 metric preset, the real layer shapes and the provenance, so loading rebuilds the module
 from the registry and fills it from safetensors: nothing is ever unpickled.
+
+A config is untrusted input: before anything real is built, its constructor arguments are
+checked against the registry's declared bounds, and the module is built on the `meta`
+device (shapes, no memory) so that every tensor shape can be compared with the safetensors
+header. Only weights that exactly fit are then allocated and read.
 """
 
 from __future__ import annotations
@@ -12,8 +17,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,8 +27,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from clearsight._version import __version__
-from clearsight.atomic import atomic_path
-from clearsight.errors import ArtifactError
+from clearsight.atomic import atomic_dir, atomic_path
+from clearsight.errors import ArtifactError, ClearsightError
 from clearsight.models.registry import build_model, count_parameters, get_spec
 from clearsight.preprocess import PreprocessSpec
 
@@ -179,21 +182,10 @@ def save_artifact(model: nn.Module, path: str | os.PathLike[str], config: ModelC
         with atomic_path(target) as tmp:
             save_file(state, str(tmp), metadata={_METADATA_KEY: cfg_json})
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        save_file(state, str(tmp_dir / WEIGHTS_FILE))
+    with atomic_dir(target) as tmp_dir:
+        with atomic_path(tmp_dir / WEIGHTS_FILE) as tmp:  # for its mode: see atomic_path
+            save_file(state, str(tmp))
         (tmp_dir / CONFIG_FILE).write_text(cfg_json + "\n", encoding="utf-8")
-        old = None
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-        os.replace(tmp_dir, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
-        raise
     return target
 
 
@@ -231,36 +223,75 @@ def _read_safetensors_metadata(p: Path) -> dict[str, str]:
         raise ArtifactError(f"{p}: not a readable safetensors file ({exc})") from None
 
 
+def _weight_shapes(weights: Path) -> dict[str, list[int]]:
+    """Tensor names and shapes from the safetensors header; no tensor data is read."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(weights), framework="pt") as fh:
+            return {k: list(fh.get_slice(k).get_shape()) for k in fh.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"{weights}: cannot read weights ({exc})") from None
+
+
+def _expected_shapes(config: ModelConfig, source: str) -> dict[str, list[int]]:
+    """The state-dict shapes the config's module would have, without allocating it.
+
+    Bounds first, so even the shape-only build stays small; then a build on the `meta`
+    device, whose tensors have shapes but no storage.
+    """
+    problems = get_spec(config.architecture).bound_violations(config.arch_args)
+    if problems:
+        raise ArtifactError(
+            f"{source}: arch_args for {config.architecture!r} out of bounds: " + "; ".join(problems)
+        )
+    try:
+        with torch.device("meta"):
+            skeleton = build_model(config.architecture, **config.arch_args)
+    except ClearsightError as exc:
+        raise ArtifactError(f"{source}: {exc}") from None
+    return {k: list(v.shape) for k, v in skeleton.state_dict().items()}
+
+
+def _fit_detail(expected: dict[str, list[int]], got: dict[str, list[int]]) -> str:
+    missing = sorted(set(expected) - set(got))
+    extra = sorted(set(got) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
+    parts = []
+    if missing:
+        parts.append(f"missing {missing[:5]}")
+    if extra:
+        parts.append(f"unexpected {extra[:5]}")
+    if wrong:
+        shown = ", ".join(f"{k} is {got[k]}, architecture needs {expected[k]}" for k in wrong[:3])
+        parts.append(f"shape mismatch {wrong[:5]} ({shown})")
+    return "; ".join(parts)
+
+
 def load_artifact(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> LoadedModel:
-    """Rebuild the architecture from the config and fill it from safetensors (no pickle)."""
+    """Rebuild the architecture from the config and fill it from safetensors (no pickle).
+
+    The config's arguments and the weights' shapes are checked before the module is
+    allocated, so a config cannot make loading use memory the weights do not justify.
+    """
     p = Path(path)
     config = read_config(p)
     weights = p / WEIGHTS_FILE if p.is_dir() else p
     if not weights.is_file():
         raise ArtifactError(f"{p}: weights file {WEIGHTS_FILE} is missing")
+    source = str(p / CONFIG_FILE) if p.is_dir() else str(p)
+    expected = _expected_shapes(config, source)
+    got = _weight_shapes(weights)
+    if expected != got:
+        raise ArtifactError(
+            f"{weights}: weights do not fit architecture {config.architecture!r}: "
+            + _fit_detail(expected, got)
+        )
     try:
         state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"{weights}: cannot read weights ({exc})") from None
     model = build_model(config.architecture, **config.arch_args)
-    expected = {k: list(v.shape) for k, v in model.state_dict().items()}
-    got = {k: list(v.shape) for k, v in state.items()}
-    if expected != got:
-        missing = sorted(set(expected) - set(got))
-        extra = sorted(set(got) - set(expected))
-        wrong = sorted(k for k in set(expected) & set(got) if expected[k] != got[k])
-        detail = "; ".join(
-            part
-            for part in (
-                f"missing {missing[:5]}" if missing else "",
-                f"unexpected {extra[:5]}" if extra else "",
-                f"shape mismatch {wrong[:5]}" if wrong else "",
-            )
-            if part
-        )
-        raise ArtifactError(
-            f"{weights}: weights do not fit architecture {config.architecture!r}: {detail}"
-        )
     model.load_state_dict(state, strict=True)
     model.eval().to(device)
     return LoadedModel(model=model, config=config, source=str(p))

@@ -22,3 +22,9 @@ DEFAULT_MAX_UNTILED_PIXELS = 512 * 512
 
 DEFAULT_HALO = 32
 """Context around generic tiles for a model that declares no receptive radius."""
+
+MIN_TILE = 8
+"""The smallest tile size accepted (0 still means "never tile"). Smaller tiles do no useful
+work: every tile pays a fixed per-call cost plus its halo, so `--tile 1` on a 256x256 image
+made 65,536 model calls and never finished. 8 is the smallest size the models' own tiled
+paths and the test suite use; the default tiles are 128 and up."""

@@ -41,3 +41,7 @@ class OptionError(ClearsightError, ValueError):
         super().__init__(f"{option}: {detail}")
         self.option = option
         self.detail = detail
+
+
+class ModelOutputError(ClearsightError):
+    """A model returned a tensor of the wrong shape for its input (batch, channels, size)."""

@@ -345,11 +345,32 @@ def check_structure(
     )
 
 
-def _first_conv(model: nn.Module) -> tuple[str, nn.Module] | None:
-    for name, mod in model.named_modules():
-        if isinstance(mod, nn.Conv2d | nn.Linear):
-            return name, mod
-    return None
+def _traced_forward(model: nn.Module, x: torch.Tensor, trace: list[Any]) -> torch.Tensor:
+    """The restored output; `trace` gets the first convolution the input reaches: [name,
+    channels it takes, channels it was given]. A forward pre-hook on every Conv2d traces
+    what the input actually meets, through any channel-changing operation before it (MBCNN's
+    pixel unshuffle turns 3 channels into 12), instead of comparing the first convolution's
+    width with the spec. `trace` is filled even when the forward then crashes."""
+    names = {id(m): n for n, m in model.named_modules()}
+    handles = []
+
+    def hook(mod: nn.Module, args: tuple[Any, ...]) -> None:
+        if trace or not args or not isinstance(args[0], torch.Tensor):
+            return
+        t = args[0]
+        if t.ndim == 4:
+            trace.extend([names.get(id(mod), "?"), mod.in_channels, int(t.shape[1])])
+
+    for mod in model.modules():
+        if isinstance(mod, nn.Conv2d):
+            handles.append(mod.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            y = as_restoration_model(model).final_output(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return y
 
 
 def check_preprocessing(
@@ -382,21 +403,28 @@ def check_preprocessing(
                 f"the model pads to multiples of {own}, the spec to {spec.pad_multiple}: "
                 "neither divides the other"
             )
-    first = _first_conv(model)
-    if first is not None:
-        name, mod = first
-        n_in = mod.in_channels if isinstance(mod, nn.Conv2d) else mod.in_features
-        if isinstance(mod, nn.Conv2d) and n_in != 3:
-            problems.append(f"the first conv {name} takes {n_in} channels, the spec feeds 3")
-    if not problems:
-        model.eval()
-        with torch.no_grad():
-            y = as_restoration_model(model).final_output(x)
-        if y.shape != x.shape:
-            problems.append(
-                f"input {tuple(x.shape)} gave output {tuple(y.shape)}: a restoration "
-                "model must return the size it was given"
-            )
+    model.eval()
+    trace: list[Any] = []
+    y: torch.Tensor | None = None
+    crash: Exception | None = None
+    try:
+        y = _traced_forward(model, x, trace)
+    except Exception as exc:  # reported below, unless a cause is already named
+        crash = exc
+    if trace:
+        name, n_in, got = trace
+        if n_in != got:
+            # the spec's 3 channels (or what the model made of them before this conv, e.g.
+            # a pixel unshuffle's 12) do not fit the first convolution the input reaches
+            fed = "the spec feeds 3" if got == 3 else f"it receives {got} from the spec's 3"
+            problems.append(f"the first conv {name} takes {n_in} channels, {fed}")
+    if not problems and crash is not None:
+        problems.append(f"a forward on the spec's 3-channel input raised {_error(crash)}")
+    if not problems and y is not None and y.shape != x.shape:
+        problems.append(
+            f"input {tuple(x.shape)} gave output {tuple(y.shape)}: a restoration "
+            "model must return the size it was given"
+        )
     if problems:
         return CheckResult("preprocessing", False, "; ".join(problems))
     return CheckResult(

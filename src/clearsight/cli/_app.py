@@ -1,18 +1,28 @@
 """The shared app: the Typer object, the consoles, one-line errors, warnings, progress.
 
-Every command module registers on `app` and wraps its command in `friendly`, which turns
-a `ClearsightError` into one line and exit code 1 (`--debug` shows the traceback), an
-`OptionError` into `--flag: detail`, and warnings into `warning: ...` lines.
+Every command module registers on `app` and wraps its command in `friendly`, the CLI's one
+error boundary: every exception becomes one line and exit code 1 (`--debug` shows the
+traceback instead). A `ClearsightError` prints its message, an `OptionError` prints
+`--flag: detail`, known OS causes get a specific line (a file where a folder is expected and
+the reverse, permissions, disk full), anything else is an `internal error` that points to
+`--debug`. Warnings print as `warning: ...` lines.
+
+Exit codes (README "Errors"): 0 success; 1 an error, the command did not finish; 2 a usage
+error found by the parser (unknown flag, missing argument); 3 a folder run finished but some
+inputs failed (listed in OUT/failures.csv); 130 interrupted.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import Progress
@@ -23,6 +33,8 @@ from clearsight.errors import ClearsightError, OptionError
 app = typer.Typer(
     name="clearsight",
     help="Restore images with compact models: derain, demoire, restore, evaluate.",
+    epilog="Exit codes: 0 success; 1 an error stopped the command (one line says why); "
+    "2 a usage error; 3 a folder run finished but some inputs failed (OUT/failures.csv).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -31,6 +43,11 @@ console = Console()
 err_console = Console(stderr=True)
 
 _STATE = {"debug": False}
+
+EXIT_ERROR = 1
+"""An error: the command did not finish (one line says why)."""
+EXIT_SOME_FAILED = 3
+"""A folder run finished, but some inputs failed (each named, and listed in failures.csv)."""
 F = TypeVar("F", bound=Callable[..., Any])
 
 FLAGS = {"ensemble": "tta"}
@@ -49,8 +66,72 @@ def error_line(exc: ClearsightError) -> str:
     return str(exc)
 
 
+def _blocking_file(path: Path) -> Path | None:
+    """The first existing parent of `path` that is a file (so `path` cannot be created)."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def _os_error_line(exc: OSError) -> str | None:
+    """A specific line for an OS error about a path, or None for one without a path."""
+    if exc.filename is None:
+        return None
+    path = Path(str(exc.filename))
+    if isinstance(exc, IsADirectoryError):
+        return f"{path} is a folder, expected a file"
+    if isinstance(exc, NotADirectoryError | FileExistsError):
+        if path.exists() and not path.is_dir():
+            return f"{path} is a file, expected a folder"
+        blocker = _blocking_file(path)
+        if blocker is not None:
+            return f"{path}: {blocker} is a file, not a folder"
+        if isinstance(exc, FileExistsError):
+            return f"{path} already exists"
+    if isinstance(exc, PermissionError):
+        return f"{path}: permission denied"
+    if isinstance(exc, FileNotFoundError):
+        blocker = _blocking_file(path)
+        return f"{path}: {blocker} is a file, not a folder" if blocker else f"{path}: not found"
+    if exc.errno == errno.ENOSPC:
+        return f"{path}: no space left on the device"
+    return f"{path}: {exc.strerror or exc}"
+
+
+def exception_line(exc: BaseException) -> str:
+    """Any exception as the one line the CLI prints for it."""
+    if isinstance(exc, ClearsightError):
+        return error_line(exc)
+    if isinstance(exc, OSError):
+        line = _os_error_line(exc)
+        if line is not None:
+            return line
+    if isinstance(exc, MemoryError):
+        return "out of memory; try a smaller --tile or --max-pixels"
+    text = str(exc).strip().splitlines()
+    detail = f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
+    if "CUDA" in detail and ("not compiled" in detail or "no CUDA" in detail.lower()):
+        return f"CUDA is not available here ({detail}); use --device cpu"
+    return f"internal error ({detail}); run `clearsight --debug ...` for the traceback"
+
+
+def _report(exc: BaseException) -> None:
+    err_console.print(f"[bold red]error:[/] {exception_line(exc)}", highlight=False, soft_wrap=True)
+
+
+_PASS_THROUGH = (
+    typer.Exit,
+    getattr(typer, "Abort", click.Abort),
+    click.exceptions.Exit,
+    click.ClickException,
+    click.Abort,
+)
+"""The parser's and typer's own exits and usage errors: not errors of a command."""
+
+
 def friendly(fn: F) -> F:
-    """Report `ClearsightError` as one line and exit 1, unless --debug was given."""
+    """The error boundary: any exception becomes one line and exit 1, unless --debug."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -59,13 +140,13 @@ def friendly(fn: F) -> F:
                 warnings.simplefilter("always")
                 warnings.showwarning = _show_warning
                 return fn(*args, **kwargs)
-        except ClearsightError as exc:
+        except _PASS_THROUGH:
+            raise  # the parser's and typer's own exits and usage errors
+        except Exception as exc:
             if _STATE["debug"]:
                 raise
-            err_console.print(
-                f"[bold red]error:[/] {error_line(exc)}", highlight=False, soft_wrap=True
-            )
-            raise typer.Exit(code=1) from None
+            _report(exc)
+            raise typer.Exit(code=EXIT_ERROR) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -104,3 +185,8 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    except Exception as exc:  # outside a command (a callback): the same one line
+        if _STATE["debug"]:
+            raise
+        _report(exc)
+        sys.exit(EXIT_ERROR)

@@ -59,3 +59,14 @@ ReportKOpt = Annotated[
     int,
     typer.Option("--report-k", help="Sets over 24 images: show the K worst and K best in it."),
 ]
+SkipExistingOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-existing/--overwrite",
+        help="Keep outputs that exist (resume a run), or replace them (the default).",
+    ),
+]
+FailFastOpt = Annotated[
+    bool,
+    typer.Option("--fail-fast", help="Stop at the first input that fails (exit 1)."),
+]

@@ -18,6 +18,7 @@ from clearsight.cli._options import (
     ReportKOpt,
     ReportOpt,
     ScalesOpt,
+    SkipExistingOpt,
     StagesOpt,
     StageThresholdOpt,
     TileOpt,
@@ -26,6 +27,7 @@ from clearsight.cli._options import (
 from clearsight.cli.restore import make_restorer
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.errors import ClearsightError
+from clearsight.out_paths import check_output_file, check_output_folder
 
 if TYPE_CHECKING:
     from clearsight.engine.evaluate import EvalResult
@@ -104,6 +106,7 @@ def eval_cmd(
     backend: BackendOpt = "torch",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
+    skip_existing: SkipExistingOpt = False,
 ) -> None:
     """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
     folder); per-image CSV and summary JSON."""
@@ -113,6 +116,15 @@ def eval_cmd(
         _eval_detection(model, data, out, device)
         return
 
+    if out is not None:
+        check_output_folder(out, "--out")
+    if report is not None:
+        check_output_file(report, "--report")
+    outputs = [out / "per_image.csv", out / "summary.json"] if out is not None else []
+    outputs += [report] if report is not None else []
+    if skip_existing and outputs and all(p.is_file() for p in outputs):
+        console.print("outputs exist, skipped (--skip-existing)", highlight=False)
+        return
     restorer = make_restorer(
         model,
         tile=tile,

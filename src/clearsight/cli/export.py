@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from clearsight.cli._app import app, console, err_console, friendly
+from clearsight.cli._options import SkipExistingOpt
 
 
 @app.command("export")
@@ -21,11 +22,17 @@ def export_cmd(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Output file (default: MODEL.onnx).")
     ] = None,
+    skip_existing: SkipExistingOpt = False,
 ) -> None:
     """Export MODEL (opset 17, dynamic H and W, config in the metadata), parity-checked."""
     from clearsight.api import export_onnx
+    from clearsight.export.onnx import check_format, default_output
 
-    path, parity = export_onnx(model, out, fmt)
+    target = out or default_output(model, check_format(fmt))
+    if skip_existing and target.is_file():
+        console.print(f"{target} exists, skipped (--skip-existing)", highlight=False)
+        return
+    path, parity = export_onnx(model, target, fmt)
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)
     console.print(
         f"parity (ONNX Runtime vs PyTorch at {sizes}): max abs difference "

@@ -7,13 +7,22 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from clearsight.cli._app import app, console, err_console, friendly, progress
+from clearsight.cli._app import (
+    EXIT_SOME_FAILED,
+    app,
+    console,
+    err_console,
+    friendly,
+    progress,
+)
 from clearsight.cli._options import (
     BackendOpt,
     DeviceOpt,
+    FailFastOpt,
     MaxPixOpt,
     ModelOpt,
     ScalesOpt,
+    SkipExistingOpt,
     StagesOpt,
     StageThresholdOpt,
     TileOpt,
@@ -24,7 +33,7 @@ from clearsight.errors import ClearsightError
 
 if TYPE_CHECKING:
     from clearsight.engine.inference import Restorer
-    from clearsight.engine.restore_files import RestoredFile
+    from clearsight.engine.restore_files import RestoredFile, RestoreRun
 
 DEFAULT_DERAIN = "default-derain"
 DEFAULT_DEMOIRE = "default-demoire"
@@ -66,11 +75,28 @@ def _stages_note(restored: RestoredFile) -> str:
     return f", {text} stage{'' if used == [1] else 's'}"
 
 
+EPILOG = (
+    "Existing outputs are replaced (--overwrite, the default: rerunning with another model "
+    "or options must refresh them); --skip-existing keeps them, to resume a run. A file that "
+    "cannot be restored is reported and listed in OUT/failures.csv, and the run goes on. "
+    "Exit codes: 0 all done; 1 an error stopped the command (or the first failure, with "
+    "--fail-fast); 2 a usage error; 3 the run finished but some inputs failed."
+)
+
+
 def restore_with_progress(
-    restorer: Restorer, inputs: list[Path], out: Path, max_pixels: int | None, what: str
-) -> list[RestoredFile]:
-    """`restore_files` drawing one bar for the files and one for the current file's tiles."""
-    from clearsight.engine.restore_files import restore_files
+    restorer: Restorer,
+    inputs: list[Path],
+    out: Path,
+    max_pixels: int | None,
+    what: str,
+    *,
+    skip_existing: bool = False,
+    fail_fast: bool = False,
+) -> RestoreRun:
+    """`restore_files` drawing one bar for the files and one for the current file's tiles,
+    printing each failure and skipped file as it happens."""
+    from clearsight.engine.restore_files import FailedFile, restore_files
 
     with progress() as bar:
         files = bar.add_task(what, total=None)
@@ -90,18 +116,49 @@ def restore_with_progress(
                 f"{r.source} -> {r.output}  ({r.latency_ms:.0f} ms{note})", highlight=False
             )
 
+        def on_failure(f: FailedFile) -> None:
+            if f.source in tiles:
+                bar.remove_task(tiles.pop(f.source))  # type: ignore[arg-type]
+            bar.advance(files)
+            line = f.reason if str(f.source) in f.reason else f"{f.source}: {f.reason}"
+            err_console.print(f"[bold red]failed:[/] {line}", highlight=False, soft_wrap=True)
+
+        def on_skip(src: Path, dst: Path) -> None:
+            bar.advance(files)
+            err_console.print(f"{src} -> {dst}  (exists, skipped)", highlight=False)
+
         return restore_files(
             restorer,
             inputs,
             out,
             max_pixels=max_pixels,
+            existing="skip" if skip_existing else "overwrite",
+            fail_fast=fail_fast,
             on_start=lambda n: bar.update(files, total=n),
             on_tile=on_tile,
             on_file=on_file,
+            on_failure=on_failure,
+            on_skip=on_skip,
         )
 
 
-@app.command("restore")
+def finish(run: RestoreRun, verb: str, out: Path) -> None:
+    """Print the summary; exit 3 when some inputs failed (after the whole run)."""
+    replaced = f"; replaced {len(run.replaced)} existing" if run.replaced else ""
+    console.print(
+        f"{verb} {len(run)} image(s) into {out}{replaced}", highlight=False, soft_wrap=True
+    )
+    console.print(run.summary(), highlight=False)
+    if run.failed:
+        err_console.print(
+            f"{len(run.failed)} input(s) failed; see {run.failures_csv}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(code=EXIT_SOME_FAILED)
+
+
+@app.command("restore", epilog=EPILOG)
 @friendly
 def restore_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Image files or folders.")],
@@ -115,6 +172,8 @@ def restore_cmd(
     backend: BackendOpt = "torch",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
+    skip_existing: SkipExistingOpt = False,
+    fail_fast: FailFastOpt = False,
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
     restorer = make_restorer(
@@ -127,8 +186,16 @@ def restore_cmd(
         stages=stages,
         stage_threshold=stage_threshold,
     )
-    written = restore_with_progress(restorer, inputs, out, max_pixels, "restoring")
-    console.print(f"restored {len(written)} image(s) into {out}")
+    run = restore_with_progress(
+        restorer,
+        inputs,
+        out,
+        max_pixels,
+        "restoring",
+        skip_existing=skip_existing,
+        fail_fast=fail_fast,
+    )
+    finish(run, "restored", out)
 
 
 def _require_bundled(name: str, arch: str) -> None:
@@ -141,7 +208,7 @@ def _require_bundled(name: str, arch: str) -> None:
         )
 
 
-@app.command("derain")
+@app.command("derain", epilog=EPILOG)
 @friendly
 def derain_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Rainy image files or folders.")],
@@ -152,6 +219,8 @@ def derain_cmd(
     device: DeviceOpt = "cpu",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
+    skip_existing: SkipExistingOpt = False,
+    fail_fast: FailFastOpt = False,
 ) -> None:
     """Remove rain with the bundled default deraining model (RESCAN, see `models`)."""
     _require_bundled(DEFAULT_DERAIN, "RESCAN")
@@ -163,11 +232,19 @@ def derain_cmd(
         stages=stages,
         stage_threshold=stage_threshold,
     )
-    written = restore_with_progress(restorer, inputs, out, max_pixels, "deraining")
-    console.print(f"derained {len(written)} image(s) into {out}")
+    run = restore_with_progress(
+        restorer,
+        inputs,
+        out,
+        max_pixels,
+        "deraining",
+        skip_existing=skip_existing,
+        fail_fast=fail_fast,
+    )
+    finish(run, "derained", out)
 
 
-@app.command("demoire")
+@app.command("demoire", epilog=EPILOG)
 @friendly
 def demoire_cmd(
     inputs: Annotated[list[Path], typer.Argument(help="Screen photos (files or folders).")],
@@ -177,9 +254,19 @@ def demoire_cmd(
     scales: ScalesOpt = "1.0",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    skip_existing: SkipExistingOpt = False,
+    fail_fast: FailFastOpt = False,
 ) -> None:
     """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
     _require_bundled(DEFAULT_DEMOIRE, "MBCNN")
     restorer = make_restorer(DEFAULT_DEMOIRE, tile=tile, tta=tta, device=device, scales=scales)
-    written = restore_with_progress(restorer, inputs, out, max_pixels, "demoiréing")
-    console.print(f"demoiréd {len(written)} image(s) into {out}")
+    run = restore_with_progress(
+        restorer,
+        inputs,
+        out,
+        max_pixels,
+        "demoiréing",
+        skip_existing=skip_existing,
+        fail_fast=fail_fast,
+    )
+    finish(run, "demoiréd", out)

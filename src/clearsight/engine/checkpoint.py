@@ -3,7 +3,8 @@
 A checkpoint is one `torch.save` file (model, optimizer, scheduler state, EMA, RNG states of
 torch, numpy and Python, step, epoch and position in the epoch, config). It is written to a
 temporary file beside the target, fsynced, then renamed over it: until the rename the
-previous checkpoint is untouched, so a process killed mid-save leaves the last good one.
+previous checkpoint is untouched, so a process killed mid-save leaves the last good one
+(and a temporary file in `clearsight.atomic`'s pattern, which the next run sweeps).
 It loads with `torch.load(weights_only=True)`: RNG states are stored as tensors and plain
 types, never pickled objects. Unlike model artifacts (`clearsight.artifact`), checkpoints are
 for resuming, not for inference.

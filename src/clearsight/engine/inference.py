@@ -26,9 +26,10 @@ from clearsight.defaults import (
     DEFAULT_MAX_UNTILED_PIXELS,
     DEFAULT_STAGE_THRESHOLD,
     DEFAULT_TILE,
+    MIN_TILE,
 )
 from clearsight.engine.ort_backend import BACKENDS
-from clearsight.errors import OptionError
+from clearsight.errors import ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
@@ -70,6 +71,11 @@ class InferenceOptions:
         for name in ("tile", "max_untiled_pixels", "halo"):
             _check_count(name, getattr(self, name), allow_none=True)
         _check_count("blend", self.blend, allow_none=False)
+        if self.tile is not None and 0 < self.tile < MIN_TILE:
+            raise OptionError(
+                "tile", f"must be 0 (never tile) or >= {MIN_TILE} pixels, got {self.tile}"
+            )
+        object.__setattr__(self, "device", check_device(self.device))
         object.__setattr__(self, "scales", validate_scales(self.scales))
         stages = parse_stages(self.stages)
         object.__setattr__(self, "stages", stages)
@@ -91,6 +97,45 @@ def _check_count(name: str, value: object, *, allow_none: bool) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise OptionError(name, f"must be >= 0, got {value}")
+
+
+def available_devices() -> list[str]:
+    """The devices this machine can run on, as `--device` spells them."""
+    found = ["cpu"]
+    found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
+def check_device(device: object) -> str:
+    """A torch device string that exists here (cuda/mps available, index in range), else
+    an `OptionError` naming the devices that are."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    known = ", ".join(available_devices())
+    if not isinstance(device, str):
+        raise OptionError("device", f"expected a device name such as cpu, got {device!r}")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise OptionError(
+            "device", f"{device!r} is not a torch device name; available: {known}"
+        ) from None
+    if dev.type == "cpu":
+        return device
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (dev.index is not None and dev.index >= count):
+            raise OptionError("device", f"{device} is not available here; available: {known}")
+        return device
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise OptionError("device", f"{device} is not available here; available: {known}")
+        return device
+    raise OptionError("device", f"{device} is not supported; available: {known}")
 
 
 class StageOptionError(OptionError):
@@ -267,7 +312,26 @@ class Restorer:
     def _forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.net.final_output(x, **self._stage_kwargs)
         self._record_stages()
-        return y
+        return self._check_output(x, y)
+
+    def _check_output(self, x: torch.Tensor, y: object) -> torch.Tensor:
+        """`y` if it is what a restoration model must return for `x` ([B,3,H,W] at the
+        input's batch and size); else a one-line `ModelOutputError` naming the model. A
+        wrong size would otherwise be cropped or written as is without a word."""
+        b, _, h, w = x.shape
+        if isinstance(y, torch.Tensor) and y.ndim == 4 and tuple(y.shape) == (b, 3, h, w):
+            return y
+        cfg = self.loaded.config
+        what = cfg.name or cfg.architecture
+        shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+        if isinstance(y, torch.Tensor) and y.ndim == 4 and y.shape[0] != b:
+            problem = f"a batch of {y.shape[0]} for a batch of {b}"
+        else:
+            problem = f"{shape} for a {h}x{w} input (batch {b})"
+        raise ModelOutputError(
+            f"model {what!r} returned {problem}: a restoration model must return "
+            f"[B,3,H,W] at its input's batch and size ({self.loaded.source})"
+        )
 
     def _padded_forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[-2:]
@@ -305,7 +369,7 @@ class Restorer:
             x = pad_to_multiple(x, self.pad_multiple)
             y = own(x, tile=tile, progress=progress, **self._stage_kwargs)
             self._record_stages()
-            return y[..., :h, :w]
+            return self._check_output(x, y)[..., :h, :w]
         radius = self.net.receptive_radius
         halo = (
             self.options.halo

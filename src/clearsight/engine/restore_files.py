@@ -2,17 +2,34 @@
 
 The loop behind `clearsight restore/derain/demoire`, public so that Python users get the
 same planning (no overwritten inputs, no two inputs onto one output) and bit depth.
+
+A run over an archive keeps going past a file it cannot restore: each failure is reported
+as it happens (`on_failure`), listed in `failures.csv` beside the outputs and returned, and
+the caller decides what the run's outcome is (the CLI exits 3). `fail_fast` raises the first
+failure instead. Existing outputs are replaced (`existing="overwrite"`, the default) or
+kept (`"skip"`, to resume an interrupted run); temporary files that killed runs left in the
+output folders are swept first (docs/reliability.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import csv
+import io
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from clearsight.atomic import atomic_write_text, sweep_leftovers
 from clearsight.engine.batch import plan_outputs
 from clearsight.engine.inference import Restorer
+from clearsight.errors import ClearsightError, OptionError
 from clearsight.io import image_to_tensor, read_image, tensor_to_image, write_image
+from clearsight.out_paths import check_output_folder
+
+Existing = Literal["overwrite", "skip"]
+EXISTING_POLICIES: tuple[str, ...] = ("overwrite", "skip")
+FAILURES_CSV = "failures.csv"
 
 
 @dataclass(frozen=True)
@@ -26,39 +43,136 @@ class RestoredFile:
     """Stages a multi-stage model used (when the `stages` option is not "all"), else None."""
 
 
+@dataclass(frozen=True)
+class FailedFile:
+    """One input that could not be restored, and why (one line)."""
+
+    source: Path
+    output: Path
+    reason: str
+
+
+class RestoreRun(list[RestoredFile]):
+    """What a run did: the restored files (the list itself), and the rest of the account."""
+
+    def __init__(self, done: Iterable[RestoredFile] = ()) -> None:
+        super().__init__(done)
+        self.skipped: list[Path] = []
+        """Sources whose output existed and was kept (`existing="skip"`)."""
+        self.replaced: list[Path] = []
+        """Outputs that existed before and were replaced (`existing="overwrite"`)."""
+        self.failed: list[FailedFile] = []
+        self.failures_csv: Path | None = None
+        """`failures.csv` beside the outputs, when anything failed."""
+
+    @property
+    def done(self) -> list[RestoredFile]:
+        return list(self)
+
+    def summary(self) -> str:
+        """'3 done, 0 skipped, 2 failed' (the CLI's last line)."""
+        return f"{len(self)} done, {len(self.skipped)} skipped, {len(self.failed)} failed"
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for a failed file: a `ClearsightError`'s message, else the type and message."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else ""
+    if isinstance(exc, ClearsightError):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def write_failures_csv(path: Path, failed: Sequence[FailedFile]) -> Path:
+    """Write `failed` as CSV (file, output, reason), atomically."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["file", "output", "reason"])
+    for f in failed:
+        writer.writerow([str(f.source), str(f.output), f.reason])
+    atomic_write_text(path, buf.getvalue())
+    return path
+
+
 def restore_files(
     restorer: Restorer,
     inputs: Sequence[str | Path],
     out: str | Path,
     *,
     max_pixels: int | None = None,
+    existing: Existing = "overwrite",
+    fail_fast: bool = False,
     on_start: Callable[[int], None] | None = None,
     on_tile: Callable[[Path, int, int], None] | None = None,
     on_file: Callable[[RestoredFile], None] | None = None,
-) -> list[RestoredFile]:
+    on_failure: Callable[[FailedFile], None] | None = None,
+    on_skip: Callable[[Path, Path], None] | None = None,
+) -> RestoreRun:
     """Restore every image of `inputs` (files, or folders searched recursively) into `out`.
 
     Files land as OUT/name and folder contents as OUT/relative path, written at the input's
-    bit depth. Progress: `on_start(n_files)` once, `on_tile(source, done, total)` during each
-    image, `on_file(restored)` after each.
+    bit depth. A file that cannot be read, restored or written is recorded (`on_failure`,
+    `RestoreRun.failed`, OUT/failures.csv) and the run goes on, unless `fail_fast` (then the
+    first failure is raised). A missing input or a clash in the plan is raised before any
+    work. Progress: `on_start(n_files)` once, `on_tile(source, done, total)` during each
+    image, `on_file(restored)` after each, `on_skip(source, output)` for a kept output.
     """
-    plan = plan_outputs([Path(p) for p in inputs], Path(out))
+    if existing not in EXISTING_POLICIES:
+        raise OptionError(
+            "existing", f"must be one of {', '.join(EXISTING_POLICIES)}, got {existing!r}"
+        )
+    out_dir = check_output_folder(out)
+    plan = plan_outputs([Path(p) for p in inputs], out_dir)
+    for folder in sorted({out_dir} | {dst.parent for _, dst in plan}):
+        sweep_leftovers(folder)
     if on_start is not None:
         on_start(len(plan))
-    done: list[RestoredFile] = []
+    run = RestoreRun()
     for src, dst in plan:
-        img = read_image(src, max_pixels=max_pixels)
-
-        def tile_progress(n: int, total: int, src: Path = src) -> None:
-            if on_tile is not None:
-                on_tile(src, n, total)
-
-        out_t, ms = restorer.timed_restore(image_to_tensor(img), tile_progress)
-        dtype = img.dtype
-        write_image(dst, tensor_to_image(out_t, dtype=dtype), bit_depth=8 * dtype.itemsize)
-        used = restorer.last_stages_used if restorer.options.stages != "all" else None
-        restored = RestoredFile(src, dst, ms, list(used) if used else None)
-        done.append(restored)
+        if existing == "skip" and dst.exists():
+            run.skipped.append(src)
+            if on_skip is not None:
+                on_skip(src, dst)
+            continue
+        try:
+            replacing = dst.exists()
+            restored = _restore_one(restorer, src, dst, max_pixels, on_tile)
+        except Exception as exc:
+            if fail_fast:
+                raise
+            failed = FailedFile(src, dst, failure_reason(exc))
+            run.failed.append(failed)
+            if on_failure is not None:
+                on_failure(failed)
+            continue
+        if replacing:
+            run.replaced.append(dst)
+        run.append(restored)
         if on_file is not None:
             on_file(restored)
-    return done
+    csv_path = out_dir / FAILURES_CSV
+    if run.failed:
+        run.failures_csv = write_failures_csv(csv_path, run.failed)
+    elif csv_path.is_file():
+        csv_path.unlink()  # a previous run's list: it no longer describes this folder
+    return run
+
+
+def _restore_one(
+    restorer: Restorer,
+    src: Path,
+    dst: Path,
+    max_pixels: int | None,
+    on_tile: Callable[[Path, int, int], None] | None,
+) -> RestoredFile:
+    img = read_image(src, max_pixels=max_pixels)
+
+    def tile_progress(n: int, total: int) -> None:
+        if on_tile is not None:
+            on_tile(src, n, total)
+
+    out_t, ms = restorer.timed_restore(image_to_tensor(img), tile_progress)
+    dtype = img.dtype
+    write_image(dst, tensor_to_image(out_t, dtype=dtype), bit_depth=8 * dtype.itemsize)
+    used = restorer.last_stages_used if restorer.options.stages != "all" else None
+    return RestoredFile(src, dst, ms, list(used) if used else None)

@@ -39,6 +39,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from clearsight.artifact import LoadedModel, make_config, save_artifact
+from clearsight.atomic import atomic_write_text, sweep_leftovers
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
 from clearsight.engine.checkpoint import (
@@ -696,7 +697,7 @@ def _truncate_log(path: Path, step: int) -> None:
         for ln in path.read_text(encoding="utf-8").splitlines()
         if ln and json.loads(ln)["step"] <= step
     ]
-    path.write_text("".join(f"{ln}\n" for ln in keep), encoding="utf-8")
+    atomic_write_text(path, "".join(f"{ln}\n" for ln in keep))
 
 
 def train(
@@ -713,6 +714,7 @@ def train(
     `overfit_batch` trains on one batch only (a sanity check) and sets `overfit_ok`.
     """
     run = Path(run_dir)
+    started = time.time()
     start = None
     if resume:
         if not (run / CHECKPOINT_FILE).is_file():
@@ -725,13 +727,12 @@ def train(
     try:
         if d.main:
             run.mkdir(parents=True, exist_ok=True)
+            sweep_leftovers(run, before=started)  # temporary files of a killed earlier run
         r = _Run(config, run, d, overfit_batch)
         if start is not None:
             r.load(start)
             if d.main:
                 _truncate_log(run / LOG_FILE, r.step)
-                for stale in run.glob(".checkpoint.*.tmp.pt"):  # left by a killed save
-                    stale.unlink(missing_ok=True)
         elif not overfit_batch:
             r.save()  # step 0: a rollback target before the first update
         try:

@@ -443,6 +443,7 @@ def _mbcnn(n_filters: int) -> MBCNN:
     description="MBCNN (CVPR 2020), nFilters 64, learnable bandpass: 14,192,041 params",
     metric_preset="rgb",
     reference_params=14_192_041,
+    arg_bounds={"n_filters": (1, 256)},
 )
 def mbcnn(*, n_filters: int = 64) -> MBCNN:
     """MBCNN as published (nFilters 64)."""
@@ -455,6 +456,7 @@ def mbcnn(*, n_filters: int = 64) -> MBCNN:
     description="MBCNN light, nFilters 32: 3,899,433 params",
     metric_preset="rgb",
     reference_params=3_899_433,
+    arg_bounds={"n_filters": (1, 256)},
 )
 def mbcnn_light(*, n_filters: int = 32) -> MBCNN:
     """MBCNN with half the width (the official "light" setting)."""

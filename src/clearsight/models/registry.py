@@ -11,7 +11,7 @@ before it imports this module, so the registry itself imports no architecture.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,9 @@ class ModelSpec:
     reference_params: int | None = None
     """The parameter count of the reference implementation at the default arguments (the
     official code's figure; `clearsight audit` checks the built module against it)."""
+    # Inclusive integer bounds of the constructor arguments that scale memory or time; an
+    # artifact's config is checked against them before anything is built (docs/reliability.md).
+    arg_bounds: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
 
     def default_args(self) -> dict[str, Any]:
         """Constructor arguments the builder uses when none are given."""
@@ -43,6 +46,19 @@ class ModelSpec:
             for k, p in sig.parameters.items()
             if p.default is not inspect.Parameter.empty
         }
+
+    def bound_violations(self, args: Mapping[str, Any]) -> list[str]:
+        """What in `args` breaks `arg_bounds`, one phrase each ("channels=1200 is ...")."""
+        problems = []
+        for key, (low, high) in self.arg_bounds.items():
+            if key not in args:
+                continue
+            value = args[key]
+            if isinstance(value, bool) or not isinstance(value, int):
+                problems.append(f"{key}={value!r} is not an integer in {low}..{high}")
+            elif not low <= value <= high:
+                problems.append(f"{key}={value} is outside {low}..{high}")
+        return problems
 
 
 _REGISTRY: dict[str, ModelSpec] = {}
@@ -56,8 +72,13 @@ def register_model(
     metric_preset: str = "rgb",
     preprocess: PreprocessSpec | None = None,
     reference_params: int | None = None,
+    arg_bounds: Mapping[str, tuple[int, int]] | None = None,
 ) -> Callable[[Callable[..., nn.Module]], Callable[..., nn.Module]]:
-    """Register a builder function under `name` (keyword-only constructor arguments)."""
+    """Register a builder function under `name` (keyword-only constructor arguments).
+
+    `arg_bounds` maps integer arguments that scale memory or time to inclusive (low, high)
+    bounds that an untrusted artifact config must respect.
+    """
 
     def deco(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if name in _REGISTRY:
@@ -70,6 +91,7 @@ def register_model(
             metric_preset=metric_preset,
             preprocess=preprocess or PreprocessSpec(),
             reference_params=reference_params,
+            arg_bounds=dict(arg_bounds or {}),
         )
         return fn
 

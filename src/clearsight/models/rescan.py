@@ -429,4 +429,5 @@ for _name, _unit, _description, _params in _VARIANTS:
         description=_description,
         metric_preset="y-matlab",
         reference_params=_params,
+        arg_bounds={"channels": (1, 512), "stages": (1, 32), "depth": (3, 16)},
     )(_builder(_unit, _description))

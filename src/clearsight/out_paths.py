@@ -1,0 +1,47 @@
+"""Checking output paths before any work: a folder where a file goes, a file where a folder goes.
+
+Commands call these first, so that a bad `--out` or `--report` fails in one line before a
+model is loaded or any output is written (an evaluation used to leave `per_image.csv` behind
+and then crash on its report path; docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from clearsight.errors import ClearsightError
+
+
+class OutputPathError(ClearsightError):
+    """An output path cannot be written: a file stands where a folder must be, or the reverse."""
+
+
+def _file_in_the_way(path: Path) -> Path | None:
+    """The first existing parent of `path` that is not a folder, if any."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def check_output_folder(path: str | os.PathLike[str], what: str = "output folder") -> Path:
+    """`path` is a folder or can become one; else an `OutputPathError` naming it."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise OutputPathError(f"{what} {p} is a file, not a folder; choose another path")
+    blocker = _file_in_the_way(p)
+    if blocker is not None:
+        raise OutputPathError(f"{what} {p}: {blocker} is a file, not a folder")
+    return p
+
+
+def check_output_file(path: str | os.PathLike[str], what: str = "output file") -> Path:
+    """`path` is a file or can become one; else an `OutputPathError` naming it."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputPathError(f"{what} {p} is a folder, expected a file name")
+    blocker = _file_in_the_way(p)
+    if blocker is not None:
+        raise OutputPathError(f"{what} {p}: {blocker} is a file, not a folder")
+    return p
