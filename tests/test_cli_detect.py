@@ -86,3 +86,19 @@ def test_eval_on_a_folder_without_coco_annotations_is_one_line(tmp_path: Path):
         app, ["eval", "--model", "default-detect", "--data", str(tmp_path / "empty")]
     )
     assert res.exit_code != 0 and "instances_*.json" in res.output
+
+
+def test_detect_keeps_going_past_bad_files(tmp_path: Path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for name in ("a", "c"):
+        write_image(src / f"{name}.png", np.full((32, 32, 3), 120, np.uint8))
+    (src / "b.png").write_bytes(b"not an image")
+    res = CliRunner().invoke(app, ["detect", str(src), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 3, res.output
+    assert (tmp_path / "out" / "a.png").is_file() and (tmp_path / "out" / "c.png").is_file()
+    failures = (tmp_path / "out" / "failures.csv").read_text().splitlines()
+    assert len(failures) == 2 and "b.png" in failures[1]
+    assert "2 done, 1 failed" in res.output
+    res = CliRunner().invoke(app, ["detect", str(src), "-o", str(tmp_path / "o2"), "--fail-fast"])
+    assert res.exit_code == 1 and not (tmp_path / "o2" / "c.png").exists()

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from clearsight.cli._app import app, console, err_console, friendly, progress
-from clearsight.cli._options import DeviceOpt
+from clearsight.cli._app import EXIT_SOME_FAILED, app, console, err_console, friendly, progress
+from clearsight.cli._options import DeviceOpt, FailFastOpt
 
 DEFAULT_DETECT = "default-detect"
 
@@ -25,6 +25,7 @@ def detect_cmd(
         float, typer.Option("--score-threshold", help="Keep detections scoring at least this.")
     ] = 0.3,
     device: DeviceOpt = "cpu",
+    fail_fast: FailFastOpt = False,
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
@@ -38,5 +39,20 @@ def detect_cmd(
             bar.advance(task)
             err_console.print(f"{src}: {len(dets)} object(s)", highlight=False)  # type: ignore[arg-type]
 
-        run = detector.detect_files(inputs, out, score_threshold=score_threshold, on_image=on_image)
+        def on_failure(f: object) -> None:
+            bar.advance(task)
+            err_console.print(f"failed: {f.source}: {f.reason}", highlight=False)  # type: ignore[attr-defined]
+
+        run = detector.detect_files(
+            inputs,
+            out,
+            score_threshold=score_threshold,
+            on_image=on_image,
+            fail_fast=fail_fast,
+            on_failure=on_failure,
+        )
     console.print(f"detected in {len(run.items)} image(s); results in {run.results_path}")
+    console.print(run.summary())
+    if run.failed:
+        err_console.print(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}")
+        raise typer.Exit(code=EXIT_SOME_FAILED)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
+
+if TYPE_CHECKING:
+    from clearsight.engine.restore_files import FailedFile
 
 __all__ = ["DEFAULT_DETECT_MODEL", "RESULTS_FILE", "DetectRun", "Detections", "Detector"]
 
@@ -72,6 +75,12 @@ class DetectRun:
     items: list[tuple[Path, Path, Detections]]
     results_path: Path
     image_ids: dict[str, int]
+    failed: list[FailedFile] = field(default_factory=list)
+    """Inputs that could not be read, detected or written (also in OUT/failures.csv)."""
+
+    def summary(self) -> str:
+        """'3 done, 2 failed' (the CLI's last line)."""
+        return f"{len(self.items)} done, {len(self.failed)} failed"
 
 
 class Detector:
@@ -174,29 +183,58 @@ class Detector:
         iou_threshold: float | None = None,
         max_detections: int = 100,
         on_image: Callable[[Path, Detections], None] | None = None,
+        *,
+        fail_fast: bool = False,
+        on_failure: Callable[[FailedFile], None] | None = None,
     ) -> DetectRun:
         """Detect in every image of `inputs` (files or folders), write a drawn copy of each
         under `out_dir` (named as `clearsight restore` names outputs) and `out_dir/detections.json`:
         a COCO results list that scorers read as is. Image ids are the file names' numbers where
-        all are numbers, as COCO's are, else positions 0..N-1; each entry also names its file."""
+        all are numbers, as COCO's are, else positions 0..N-1; each entry also names its file.
+        A file that fails is recorded (`on_failure`, `DetectRun.failed`, OUT/failures.csv) and
+        the run goes on, as `clearsight.restore_files` does, unless `fail_fast`."""
+        from clearsight.atomic import sweep_leftovers
         from clearsight.engine.batch import plan_outputs
+        from clearsight.engine.restore_files import (
+            FAILURES_CSV,
+            FailedFile,
+            failure_reason,
+            write_failures_csv,
+        )
+        from clearsight.out_paths import check_output_folder
 
-        out = Path(out_dir)
+        out = check_output_folder(out_dir)
         plan = plan_outputs([Path(p) for p in inputs], out)
+        for folder in sorted({out} | {dst.parent for _, dst in plan}):
+            sweep_leftovers(folder)
         ids = _image_ids([src for src, _ in plan])
         items: list[tuple[Path, Path, Detections]] = []
+        failed: list[FailedFile] = []
         results: list[dict[str, Any]] = []
         for src, dst in plan:
-            img = read_image(src)
-            dets = self.detect_batch([img], score_threshold, iou_threshold, max_detections)[0]
-            write_image(dst, self.draw(img, dets))
+            try:
+                img = read_image(src)
+                dets = self.detect_batch([img], score_threshold, iou_threshold, max_detections)[0]
+                write_image(dst, self.draw(img, dets))
+            except Exception as exc:
+                if fail_fast:
+                    raise
+                failed.append(FailedFile(src, dst, failure_reason(exc)))
+                if on_failure is not None:
+                    on_failure(failed[-1])
+                continue
             results.extend({**r, "file_name": src.name} for r in dets.to_coco(ids[str(src)]))
             items.append((src, dst, dets))
             if on_image is not None:
                 on_image(src, dets)
         results_path = out / RESULTS_FILE
         atomic_write_text(results_path, json.dumps(results, indent=1) + "\n")
-        return DetectRun(items=items, results_path=results_path, image_ids=ids)
+        csv_path = out / FAILURES_CSV
+        if failed:
+            write_failures_csv(csv_path, failed)
+        elif csv_path.is_file():
+            csv_path.unlink()  # a previous run's list: it no longer describes this folder
+        return DetectRun(items=items, results_path=results_path, image_ids=ids, failed=failed)
 
 
 def _image_ids(paths: Sequence[Path]) -> dict[str, int]:
