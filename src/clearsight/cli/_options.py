@@ -59,3 +59,23 @@ ReportKOpt = Annotated[
     int,
     typer.Option("--report-k", help="Sets over 24 images: show the K worst and K best in it."),
 ]
+
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="local (this process) or ray (an actor pool, one model per worker; docs/scale.md).",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address", help="With --engine ray: an existing cluster (auto, ray://head:10001)."
+    ),
+]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", help="With --engine ray: workers, each holding one model.")
+]
+BatchSizeOpt = Annotated[
+    int, typer.Option("--batch-size", help="With --engine ray: images per worker call.")
+]
