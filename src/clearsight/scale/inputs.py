@@ -7,8 +7,8 @@ folder (`photos/*.png` gives OUT/name, as the shell-expanded files would; `photo
 keeps the sub-folders). A manifest (`.txt`, `.lst`, `.manifest`) holds one path, folder,
 pattern or URI per line (blank lines and `#` comments skipped; relative paths are relative
 to the manifest's folder). URIs (`s3://bucket/key.png`, `gs://...`, `file:///...`) are
-listed and later read through pyarrow's file systems; outputs always go to a local (or
-shared) folder.
+listed and later read through pyarrow's file systems, named like a file (OUT/name) or a
+folder (OUT/relative path); outputs always go to a local (or shared) folder.
 """
 
 from __future__ import annotations
@@ -78,6 +78,15 @@ def _local_glob(pattern: str, out: Path) -> list[WorkItem]:
     return items
 
 
+def _glob_match(path: str, pattern: str) -> bool:
+    """Glob matching of '/'-separated paths: `*` stays within one folder, `**` crosses."""
+    path, pattern = path.strip("/"), pattern.strip("/")
+    if "**" in pattern:
+        return fnmatch.fnmatchcase(path, pattern.replace("**/", "*").replace("**", "*"))
+    parts, pats = path.split("/"), pattern.split("/")
+    return len(parts) == len(pats) and all(map(fnmatch.fnmatchcase, parts, pats))
+
+
 def _remote(uri: str, out: Path) -> list[WorkItem]:
     """A file, folder (recursive) or pattern behind a URI, through pyarrow's file systems."""
     try:
@@ -108,7 +117,7 @@ def _remote(uri: str, out: Path) -> list[WorkItem]:
         if f.type != pafs.FileType.File:
             continue
         rel = PurePosixPath(f.path).relative_to(base)
-        if full_pattern is not None and not fnmatch.fnmatchcase(f.path, full_pattern.lstrip("/")):
+        if full_pattern is not None and not _glob_match(f.path, full_pattern):
             continue
         if _visible_image(rel.parts, rel.name):
             # s3://bucket/key: pyarrow paths drop the scheme; put it back for the workers
@@ -139,10 +148,8 @@ def read_manifest(path: Path) -> list[str]:
 
 
 def _expand(entry: str, out: Path, *, nested: bool) -> list[WorkItem]:
-    if is_uri(entry) and not entry.startswith("file://"):
+    if is_uri(entry):  # file:// too, through pyarrow like any other file system
         return _remote(entry, out)
-    if entry.startswith("file://"):
-        entry = entry.removeprefix("file://")
     p = Path(entry)
     if p.is_file() and p.suffix.lower() in MANIFEST_SUFFIXES:
         if nested:
@@ -187,9 +194,6 @@ def local_copy(source: str) -> Iterator[Path]:
     (keeping its suffix, so `read_image` decodes it exactly as a local file)."""
     if not is_uri(source):
         yield Path(source)
-        return
-    if source.startswith("file://"):
-        yield Path(source.removeprefix("file://"))
         return
     from pyarrow import fs as pafs
 
