@@ -1,7 +1,8 @@
 """Images per second: the local engine against `--engine ray` with 1 and 2 workers, one run.
 
     python benchmarks/scale_throughput.py [--count 200] [--size 32] [--model default-demoire]
-                                          [--workers 1 2] [--batch-size 8] [--json FILE]
+                                          [--workers 1 2] [--batch-size 8] [--threads T]
+                                          [--json FILE]
 
 The same `count` synthetic RGB images (size x size PNGs, nested in two folders) go through
 `clearsight.restore_files` (the local engine: this process, torch's default threads) and
@@ -11,7 +12,11 @@ folder and is timed from the call to its return, so model loading and, for Ray, 
 the actors count. "steady" is the rate between the first and the last finished image, which
 leaves the fixed start-up out; "overhead" compares each run with the local engine. On CPU a
 worker gets an equal share of the CPUs (one worker: all of them, as the local engine).
-The load average is printed because the CPU may be shared.
+`--threads T` sets torch's threads in the local engine and in every worker alike (default:
+each engine's own default, the CPUs of the machine). The load average is printed because
+the CPU may be shared: on a busy machine, threads that wait for each other can make a
+multi-threaded run of small images many times slower than a single-threaded one, so compare
+engines at the same `--threads`.
 """
 
 from __future__ import annotations
@@ -54,6 +59,23 @@ def rates(stamps: list[float], start: float, end: float) -> tuple[float, float]:
     return whole, steady
 
 
+def compare(reference: Path, folder: Path) -> str:
+    """Whether `folder` holds the same files as `reference`, byte for byte."""
+    from clearsight.io import read_image
+
+    files = sorted(p.relative_to(folder) for p in folder.rglob("*.png"))
+    differ = [f for f in files if (reference / f).read_bytes() != (folder / f).read_bytes()]
+    if not differ:
+        return f"{len(files)} outputs identical to the local engine's"
+    worst = max(
+        int(np.abs(read_image(reference / f).astype(int) - read_image(folder / f)).max())
+        for f in differ
+    )
+    return (
+        f"{len(differ)} of {len(files)} outputs differ (at most {worst} levels), e.g. {differ[0]}"
+    )
+
+
 def run_local(model: str, src: Path, out: Path) -> tuple[float, float, float]:
     stamps: list[float] = []
     start = time.perf_counter()
@@ -64,7 +86,7 @@ def run_local(model: str, src: Path, out: Path) -> tuple[float, float, float]:
 
 
 def run_ray(
-    model: str, src: Path, out: Path, workers: int, batch_size: int
+    model: str, src: Path, out: Path, workers: int, batch_size: int, threads: int | None
 ) -> tuple[float, float, float]:
     from clearsight.scale.ray_engine import restore_files_ray
 
@@ -76,6 +98,7 @@ def run_ray(
         out,
         workers=workers,
         batch_size=batch_size,
+        threads=threads,
         on_result=lambda _r: stamps.append(time.perf_counter()),
     )
     end = time.perf_counter()
@@ -91,8 +114,13 @@ def main() -> None:
     ap.add_argument("--model", default="default-demoire")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     import ray
 
@@ -101,8 +129,11 @@ def main() -> None:
         src = work / "in"
         make_images(src, args.count, args.size)
         cpus = os.cpu_count() or 1
+        import torch
+
         print(
             f"{args.count} images of {args.size}x{args.size}, model {args.model}, {cpus} CPUs, "
+            f"torch threads {args.threads or 'default'} ({torch.get_num_threads()} here), "
             f"load average {os.getloadavg()[0]:.1f}"
         )
         runs: list[tuple[str, float, float, float]] = []
@@ -117,15 +148,12 @@ def main() -> None:
                 runs.append((f"ray, {n} worker{'s' if n > 1 else ''}", secs, whole, steady))
         finally:
             ray.shutdown()
-        for name in os.listdir(work):
-            if name.startswith("ray"):
-                a, b = work / "local", work / name
-                same = all(
-                    (a / p.relative_to(b)).read_bytes() == p.read_bytes() for p in b.rglob("*.png")
-                )
-                print(
-                    f"{name}: outputs {'identical to' if same else 'DIFFER from'} the local engine"
-                )
+        # the local engine once more, last: how much the machine's load moved meanwhile
+        secs, whole, steady = run_local(args.model, src, work / "local-again")
+        runs.append(("local engine, again", secs, whole, steady))
+        for name in sorted(os.listdir(work)):
+            if name.startswith(("ray", "local-")):
+                print(f"{name}: {compare(work / 'local', work / name)}")
         local_rate, local_steady = runs[0][2], runs[0][3]
         rows = [
             [

@@ -85,3 +85,25 @@ def test_two_inputs_onto_one_output_are_refused(tree: Path, tmp_path: Path):
     assert len(plan_inputs([tree / "a.png", f"{tree}/a.*"], out)) == 1
     with pytest.raises(ClearsightError, match="would overwrite its input"):
         plan_inputs([tree], tree)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--engine", "spark"], "--engine: unknown engine 'spark'; known: local, ray"),
+        (["--engine", "ray", "--workers", "0"], "--workers: must be >= 1, got 0"),
+        (["--engine", "ray", "--batch-size", "0"], "--batch-size: must be >= 1, got 0"),
+    ],
+)
+def test_engine_options_are_checked_before_any_work(tree: Path, tmp_path: Path, args, message):
+    from typer.testing import CliRunner
+
+    from clearsight.cli import app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app, ["restore", str(tree), "-m", "identity", "-o", str(out), *args]
+    )
+    assert result.exit_code == 1
+    assert message in result.output
+    assert not out.exists()

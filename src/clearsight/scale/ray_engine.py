@@ -105,14 +105,24 @@ class RestoreTask:
         return ItemResult(item.source, item.output, STATUS_DONE, latency_ms=ms)
 
 
+def local_engine_threads() -> int:
+    """torch's default thread count in a plain process on this node: its usable CPUs."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class _Worker:
     """The Ray Data actor: one loaded task per process, batches of rows in and out."""
 
     def __init__(self, task: WorkerTask, threads: int | None) -> None:
-        if threads:
-            import torch
+        import torch
 
-            torch.set_num_threads(threads)
+        # Ray sets OMP_NUM_THREADS to the actor's CPU share; by default use the threads the
+        # local engine would use on this node instead: convolutions split over another
+        # number of threads may round a pixel of a few images differently
+        torch.set_num_threads(threads or local_engine_threads())
         self.run = task.load()
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
@@ -208,18 +218,17 @@ def _connect(address: str | None) -> bool:
     return True
 
 
-def _resources(workers: int, device: str) -> tuple[float, float, int | None]:
-    """(CPUs, GPUs, torch threads) per worker. On CPU each worker takes an equal share of
-    one node's CPUs, so one worker gets the threads the local engine would use."""
+def _resources(workers: int, device: str) -> tuple[float, float]:
+    """(CPUs, GPUs) each worker asks Ray for: one GPU and one CPU with CUDA, else an equal
+    share of one node's CPUs (one worker: the whole node, as the local engine)."""
     import ray
 
     if device.startswith("cuda"):
-        return 1.0, 1.0, None
+        return 1.0, 1.0
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     node_cpus = max((n["Resources"].get("CPU", 0.0) for n in nodes), default=1.0)
     total = ray.cluster_resources().get("CPU", node_cpus)
-    share = max(1, int(min(node_cpus, total // workers)))
-    return float(share), 0.0, share
+    return float(max(1, int(min(node_cpus, total // workers)))), 0.0
 
 
 def run_ray(
@@ -229,14 +238,16 @@ def run_ray(
     workers: int = 1,
     batch_size: int = 8,
     device: str = "cpu",
+    threads: int | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
 ) -> list[ItemResult]:
     """Run `task` over `items` on the connected Ray cluster with `workers` actors; one row
     per item, whatever happened to it. Actors that die are restarted by Ray and their
-    batches redone (Ray Data's actor pools retry by default)."""
+    batches redone (Ray Data's actor pools retry by default). `threads`: torch threads per
+    worker; None uses the local engine's count, which keeps outputs byte-identical to it."""
     import ray.data
 
-    cpus, gpus, threads = _resources(workers, device)
+    cpus, gpus = _resources(workers, device)
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     # one block per batch, made in the driver: no Ray task has to run before the actors,
@@ -281,6 +292,7 @@ def run_files_ray(
     address: str | None = None,
     overwrite: bool = False,
     device: str = "cpu",
+    threads: int | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
 ) -> ScaleSummary:
@@ -306,6 +318,7 @@ def run_files_ray(
                 workers=workers,
                 batch_size=batch_size,
                 device=device,
+                threads=threads,
                 on_result=on_result,
             )
         finally:
@@ -342,6 +355,7 @@ def restore_files_ray(
     overwrite: bool = False,
     max_pixels: int | None = None,
     options: InferenceOptions | None = None,
+    threads: int | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
     **option_values: Any,
@@ -352,6 +366,9 @@ def restore_files_ray(
 
     Inputs: files, folders, glob patterns, manifests and URIs (`clearsight.scale.inputs`).
     Options come as `options=InferenceOptions(...)` or as its keyword arguments (tile=...).
+    `threads`: torch threads per worker; None (default) uses the local engine's count, so
+    the bytes match it; fewer (e.g. 1 with several workers per node) avoid oversubscribing
+    the cores, and may change a pixel of an image by one level.
     """
     if options is not None and option_values:
         raise TypeError("pass either options= or option keyword arguments, not both")
@@ -366,6 +383,7 @@ def restore_files_ray(
         address=address,
         overwrite=overwrite,
         device=opts.device,
+        threads=threads,
         on_start=on_start,
         on_result=on_result,
     )
