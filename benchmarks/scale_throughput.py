@@ -144,7 +144,9 @@ def main() -> None:
         print(f"ray.init: {time.perf_counter() - t0:.1f} s (once, not counted below)")
         try:
             for n in args.workers:
-                secs, whole, steady = run_ray(args.model, src, work / f"ray{n}", n, args.batch_size)
+                secs, whole, steady = run_ray(
+                    args.model, src, work / f"ray{n}", n, args.batch_size, args.threads
+                )
                 runs.append((f"ray, {n} worker{'s' if n > 1 else ''}", secs, whole, steady))
         finally:
             ray.shutdown()
