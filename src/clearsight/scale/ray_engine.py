@@ -245,29 +245,29 @@ def run_ray(
     per item, whatever happened to it. Actors that die are restarted by Ray and their
     batches redone (Ray Data's actor pools retry by default). `threads`: torch threads per
     worker; None uses the local engine's count, which keeps outputs byte-identical to it."""
-    import ray.data
-
-    cpus, gpus = _resources(workers, device)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    # one block per batch, made in the driver: no Ray task has to run before the actors,
-    # which may hold every CPU of a small cluster
-    rows = [{"source": i.source, "output": i.output} for i in items]
-    ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
-    mapped = ds.map_batches(
-        _Worker,
-        fn_constructor_args=(task, threads),
-        batch_size=batch_size,
-        batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=workers),
-        num_cpus=cpus,
-        num_gpus=gpus or None,
-    )
     results: list[ItemResult] = []
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
     with warnings.catch_warnings():
-        # Ray Data's advice about pool sizes and blocks is not the user's to act on
-        warnings.filterwarnings("ignore", module=r"ray\.")
+        # Ray Data's advice and deprecation notes are not the user's to act on (the model
+        # loads in the workers, so no warning of ours is raised in this block)
+        warnings.simplefilter("ignore")
+        import ray.data
+
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        cpus, gpus = _resources(workers, device)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        # one block per batch, made in the driver: no Ray task has to run before the
+        # actors, which may hold every CPU of a small cluster
+        rows = [{"source": i.source, "output": i.output} for i in items]
+        ds = ray.data.from_items(rows, override_num_blocks=max(1, -(-len(rows) // batch_size)))
+        mapped = ds.map_batches(
+            _Worker,
+            fn_constructor_args=(task, threads),
+            batch_size=batch_size,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=workers),
+            num_cpus=cpus,
+            num_gpus=gpus or None,
+        )
         for row in mapped.iter_rows():
             r = ItemResult(
                 str(row["source"]),
@@ -311,6 +311,7 @@ def run_files_ray(
     results: list[ItemResult] = []
     if todo:
         owned = _connect(address)
+        start = time.perf_counter()  # images per second of the run, not of starting Ray
         try:
             results = run_ray(
                 task,
