@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "InferenceOptions": "clearsight.engine.inference",
     "restore_files": "clearsight.engine.restore_files",
     "RestoredFile": "clearsight.engine.restore_files",
+    "restore_files_ray": "clearsight.scale.ray_engine",
     "load_artifact": "clearsight.artifact",
     "save_artifact": "clearsight.artifact",
     "read_image": "clearsight.io",
@@ -47,6 +48,7 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
     "InferenceOptions",
     "restore_files",
     "RestoredFile",
+    "restore_files_ray",
     "load_artifact",
     "save_artifact",
     "read_image",
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from clearsight.engine.restore_files import RestoredFile, restore_files
     from clearsight.errors import ClearsightError, OptionError
     from clearsight.io import read_image, write_image
+    from clearsight.scale.ray_engine import restore_files_ray
 
 
 def __getattr__(name: str) -> Any:

@@ -60,13 +60,34 @@ ReportKOpt = Annotated[
     typer.Option("--report-k", help="Sets over 24 images: show the K worst and K best in it."),
 ]
 SkipExistingOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--skip-existing/--overwrite",
-        help="Keep outputs that exist (resume a run), or replace them (the default).",
+        help="Keep outputs that exist (resume a run), or replace them (the default; "
+        "--engine ray resumes unless --overwrite is given).",
     ),
 ]
 FailFastOpt = Annotated[
     bool,
     typer.Option("--fail-fast", help="Stop at the first input that fails (exit 1)."),
+]
+
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="local (this process) or ray (an actor pool, one model per worker; docs/scale.md).",
+    ),
+]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--address", help="With --engine ray: an existing cluster (auto, ray://head:10001)."
+    ),
+]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", help="With --engine ray: workers, each holding one model.")
+]
+BatchSizeOpt = Annotated[
+    int, typer.Option("--batch-size", help="With --engine ray: images per worker call.")
 ]

@@ -16,8 +16,11 @@ from clearsight.cli._app import (
     progress,
 )
 from clearsight.cli._options import (
+    AddressOpt,
     BackendOpt,
+    BatchSizeOpt,
     DeviceOpt,
+    EngineOpt,
     FailFastOpt,
     MaxPixOpt,
     ModelOpt,
@@ -27,9 +30,10 @@ from clearsight.cli._options import (
     StageThresholdOpt,
     TileOpt,
     TtaOpt,
+    WorkersOpt,
 )
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, OptionError
 
 if TYPE_CHECKING:
     from clearsight.engine.inference import Restorer
@@ -64,6 +68,68 @@ def make_restorer(
         stages=stages,
         stage_threshold=stage_threshold,
     )
+
+
+ENGINES = ("local", "ray")
+
+
+def parse_scales(text: str) -> tuple[float, ...]:
+    from clearsight.engine.inference import parse_scales as parse
+
+    return parse(text)
+
+
+def use_ray(engine: str) -> bool:
+    """Whether --engine asks for Ray (else the local engine); an OptionError for others."""
+    if engine not in ENGINES:
+        raise OptionError("engine", f"unknown engine {engine!r}; known: {', '.join(ENGINES)}")
+    return engine == "ray"
+
+
+def restore_on_ray(
+    model: str,
+    inputs: list[str],
+    out: Path,
+    *,
+    max_pixels: int | None,
+    address: str | None,
+    workers: int,
+    batch_size: int,
+    what: str,
+    skip_existing: bool | None = None,
+    **options: object,
+) -> None:
+    """`restore_files_ray` with a bar; prints the summary, exits 3 when an image failed.
+    Ray runs resume (skip finished outputs) unless --overwrite is given."""
+    from clearsight.engine.inference import InferenceOptions
+    from clearsight.scale.ray_engine import restore_files_ray
+
+    opts = InferenceOptions(**options)  # type: ignore[arg-type]
+    with progress() as bar:
+        task = bar.add_task(what, total=None)
+
+        def on_result(r: object) -> None:
+            bar.advance(task)
+            if getattr(r, "status", "") != "done":
+                err_console.print(f"failed: {getattr(r, 'reason', '')}", highlight=False)
+
+        summary = restore_files_ray(
+            model,
+            inputs,
+            out,
+            workers=workers,
+            batch_size=batch_size,
+            address=address,
+            max_pixels=max_pixels,
+            options=opts,
+            overwrite=skip_existing is False,
+            on_start=lambda todo, _skipped: bar.update(task, total=todo),
+            on_result=on_result,
+        )
+    console.print(f"{summary.line()} into {out}")
+    if summary.failures_csv is not None:
+        console.print(f"failures listed in {summary.failures_csv}")
+        raise typer.Exit(code=EXIT_SOME_FAILED)
 
 
 def _stages_note(restored: RestoredFile) -> str:
@@ -161,7 +227,12 @@ def finish(run: RestoreRun, verb: str, out: Path) -> None:
 @app.command("restore", epilog=EPILOG)
 @friendly
 def restore_cmd(
-    inputs: Annotated[list[Path], typer.Argument(help="Image files or folders.")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Image files or folders; with --engine ray also globs, manifests, URIs."
+        ),
+    ],
     model: ModelOpt,
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("restored"),
     tile: TileOpt = None,
@@ -172,10 +243,34 @@ def restore_cmd(
     backend: BackendOpt = "torch",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
-    skip_existing: SkipExistingOpt = False,
+    skip_existing: SkipExistingOpt = None,
     fail_fast: FailFastOpt = False,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
+    workers: WorkersOpt = 1,
+    batch_size: BatchSizeOpt = 8,
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
+    if use_ray(engine):
+        restore_on_ray(
+            model,
+            inputs,
+            out,
+            max_pixels=max_pixels,
+            address=address,
+            workers=workers,
+            batch_size=batch_size,
+            what="restoring",
+            skip_existing=skip_existing,
+            tile=tile,
+            ensemble=tta,
+            scales=parse_scales(scales),
+            device=device,
+            backend=backend,
+            stages=stages,
+            stage_threshold=stage_threshold,
+        )
+        return
     restorer = make_restorer(
         model,
         tile=tile,
@@ -188,11 +283,11 @@ def restore_cmd(
     )
     run = restore_with_progress(
         restorer,
-        inputs,
+        [Path(p) for p in inputs],
         out,
         max_pixels,
         "restoring",
-        skip_existing=skip_existing,
+        skip_existing=bool(skip_existing),
         fail_fast=fail_fast,
     )
     finish(run, "restored", out)
@@ -211,7 +306,12 @@ def _require_bundled(name: str, arch: str) -> None:
 @app.command("derain", epilog=EPILOG)
 @friendly
 def derain_cmd(
-    inputs: Annotated[list[Path], typer.Argument(help="Rainy image files or folders.")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Rainy image files or folders; with --engine ray also globs, manifests, URIs."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("derained"),
     tile: TileOpt = None,
     tta: TtaOpt = "none",
@@ -219,11 +319,33 @@ def derain_cmd(
     device: DeviceOpt = "cpu",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
-    skip_existing: SkipExistingOpt = False,
+    skip_existing: SkipExistingOpt = None,
     fail_fast: FailFastOpt = False,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
+    workers: WorkersOpt = 1,
+    batch_size: BatchSizeOpt = 8,
 ) -> None:
     """Remove rain with the bundled default deraining model (RESCAN, see `models`)."""
     _require_bundled(DEFAULT_DERAIN, "RESCAN")
+    if use_ray(engine):
+        restore_on_ray(
+            DEFAULT_DERAIN,
+            inputs,
+            out,
+            max_pixels=max_pixels,
+            address=address,
+            workers=workers,
+            batch_size=batch_size,
+            what="deraining",
+            skip_existing=skip_existing,
+            tile=tile,
+            ensemble=tta,
+            device=device,
+            stages=stages,
+            stage_threshold=stage_threshold,
+        )
+        return
     restorer = make_restorer(
         DEFAULT_DERAIN,
         tile=tile,
@@ -234,11 +356,11 @@ def derain_cmd(
     )
     run = restore_with_progress(
         restorer,
-        inputs,
+        [Path(p) for p in inputs],
         out,
         max_pixels,
         "deraining",
-        skip_existing=skip_existing,
+        skip_existing=bool(skip_existing),
         fail_fast=fail_fast,
     )
     finish(run, "derained", out)
@@ -247,26 +369,52 @@ def derain_cmd(
 @app.command("demoire", epilog=EPILOG)
 @friendly
 def demoire_cmd(
-    inputs: Annotated[list[Path], typer.Argument(help="Screen photos (files or folders).")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Screen photos (files or folders); with --engine ray also globs, manifests, URIs."
+        ),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("demoired"),
     tile: TileOpt = None,
     tta: TtaOpt = "none",
     scales: ScalesOpt = "1.0",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
-    skip_existing: SkipExistingOpt = False,
+    skip_existing: SkipExistingOpt = None,
     fail_fast: FailFastOpt = False,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
+    workers: WorkersOpt = 1,
+    batch_size: BatchSizeOpt = 8,
 ) -> None:
     """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
     _require_bundled(DEFAULT_DEMOIRE, "MBCNN")
+    if use_ray(engine):
+        restore_on_ray(
+            DEFAULT_DEMOIRE,
+            inputs,
+            out,
+            max_pixels=max_pixels,
+            address=address,
+            workers=workers,
+            batch_size=batch_size,
+            what="demoiréing",
+            skip_existing=skip_existing,
+            tile=tile,
+            ensemble=tta,
+            scales=parse_scales(scales),
+            device=device,
+        )
+        return
     restorer = make_restorer(DEFAULT_DEMOIRE, tile=tile, tta=tta, device=device, scales=scales)
     run = restore_with_progress(
         restorer,
-        inputs,
+        [Path(p) for p in inputs],
         out,
         max_pixels,
         "demoiréing",
-        skip_existing=skip_existing,
+        skip_existing=bool(skip_existing),
         fail_fast=fail_fast,
     )
     finish(run, "demoiréd", out)

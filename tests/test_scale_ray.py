@@ -1,0 +1,171 @@
+"""`--engine ray` on a local Ray of 2 CPUs: the local engine's bytes and names, a rerun that
+skips every finished output, bad files in `failures.csv`, and a worker killed mid-run that
+still leaves every good image written once (docs/scale.md).
+
+One Ray for the module; tiny images and the `identity` model keep it near a minute.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
+
+from clearsight.cli import app  # noqa: E402
+from clearsight.engine.inference import InferenceOptions, Restorer  # noqa: E402
+from clearsight.engine.restore_files import restore_files  # noqa: E402
+from clearsight.io import write_image  # noqa: E402
+from clearsight.scale.ray_engine import (  # noqa: E402
+    BatchFn,
+    ItemResult,
+    RestoreTask,
+    WorkItem,
+    restore_files_ray,
+)
+
+BAD = {"broken.png": b"\x89PNG\r\n\x1a\n truncated", "sub/text.jpg": b"not a jpeg at all"}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # the test's slow task below travels to the workers by value (tests/ is not importable)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(good, mixed, reference): nested good images, the same plus bad files, and what
+    the local engine writes for the good ones."""
+    root = tmp_path_factory.mktemp("scale")
+    rng = np.random.default_rng(7)
+    good = root / "good"
+    for i in range(9):
+        rel = ["", "sub/", "sub/deep/"][i % 3] + f"img{i}" + [".png", ".jpg", ".png"][i % 3]
+        write_image(good / rel, rng.integers(0, 256, (12 + i, 10, 3), dtype=np.uint8))
+    write_image(good / "sub" / "sixteen.png", rng.integers(0, 65536, (9, 7, 3), dtype=np.uint16))
+    mixed = root / "mixed"
+    shutil.copytree(good, mixed)
+    for rel, data in BAD.items():
+        (mixed / rel).write_bytes(data)
+    reference = root / "reference"
+    restore_files(Restorer.from_pretrained("identity"), [good], reference)
+    return good, mixed, reference
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _assert_matches_reference(out: Path, reference: Path) -> None:
+    written = _files(out)
+    assert written.pop("failures.csv").decode().splitlines()[0] == "file,output,reason"
+    assert written == _files(reference)  # byte for byte, same relative paths, no temp files
+
+
+def test_outputs_equal_the_local_engine_and_a_rerun_skips_them(local_ray, folders, tmp_path):
+    good, mixed, reference = folders
+    out = tmp_path / "out"
+    summary = restore_files_ray("identity", [mixed], out, workers=2, batch_size=2)
+    n_good = len(_files(good))
+    assert len(summary.done) == n_good and not summary.skipped
+    assert sorted(Path(r.source).name for r in summary.failed) == ["broken.png", "text.jpg"]
+    _assert_matches_reference(out, reference)
+    rows = (out / "failures.csv").read_text().splitlines()[1:]
+    assert len(rows) == 2 and all("cannot read image" in r for r in rows)
+    assert rows[0].startswith(str(mixed / "broken.png") + ",")
+
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.*g")}
+    result = CliRunner().invoke(
+        app,
+        [
+            "restore",
+            str(mixed),
+            "--model",
+            "identity",
+            "--out",
+            str(out),
+            "--engine",
+            "ray",
+            "--workers",
+            "2",
+            "--batch-size",
+            "2",
+        ],
+    )
+    # a bad image makes the exit code 3 (some inputs failed), after the run; no good one redone
+    assert result.exit_code == 3, result.output
+    assert f"done 0, skipped {n_good}, failed 2" in result.output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.*g")} == stamps
+
+
+@dataclass(frozen=True)
+class SlowRecordedTask(RestoreTask):
+    """RestoreTask that records each worker's pid and takes its time, so a test can kill a
+    worker while it holds a batch."""
+
+    pid_dir: str = ""
+
+    def load(self) -> BatchFn:
+        run = super().load()
+        Path(self.pid_dir, str(os.getpid())).touch()
+
+        def slow(items: list[WorkItem]) -> list[ItemResult]:
+            time.sleep(0.4 * len(items))
+            return run(items)
+
+        return slow
+
+
+def test_a_killed_worker_is_replaced_and_its_images_redone(local_ray, folders, tmp_path):
+    good, mixed, reference = folders
+    out, pid_dir = tmp_path / "out", tmp_path / "pids"
+    pid_dir.mkdir()
+    task = SlowRecordedTask("identity", InferenceOptions(), None, str(pid_dir))
+    from clearsight.scale.ray_engine import run_files_ray
+
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        try:
+            outcome["summary"] = run_files_ray(task, [mixed], out, workers=2, batch_size=2)
+        except BaseException as exc:  # surfaced by the assertions below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 90
+    victim = None
+    while victim is None and time.monotonic() < deadline and thread.is_alive():
+        # kill a worker once work is under way: it holds a batch, or is about to
+        pids = sorted(pid_dir.iterdir())
+        if pids and any(out.rglob("*.*g")):
+            victim = int(pids[0].name)
+            os.kill(victim, signal.SIGKILL)
+        time.sleep(0.05)
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the Ray run did not finish"
+    assert "error" not in outcome, outcome.get("error")
+    assert victim is not None, "no worker was killed: the run ended before"
+    summary = outcome["summary"]
+    sources = [r.source for r in summary.done]  # type: ignore[attr-defined]
+    assert len(sources) == len(set(sources)) == len(_files(good))  # each good image once
+    assert len(summary.failed) == 2  # type: ignore[attr-defined]
+    _assert_matches_reference(out, reference)
