@@ -1,6 +1,7 @@
 """Model architectures, one file each, registered by name in `registry`."""
 
-from clearsight.models import identity, mbcnn, rescan  # noqa: F401  (register on import)
+# Importing each architecture module registers it.
+from clearsight.models import identity, mbcnn, rescan, ssd_mobilenet_v1  # noqa: F401
 from clearsight.models.registry import build_model, get_spec, list_specs, register_model
 
 __all__ = ["build_model", "get_spec", "list_specs", "register_model"]

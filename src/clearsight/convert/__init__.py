@@ -1,0 +1,1 @@
+"""Converters from other frameworks' model files to clearsight artifacts."""
