@@ -215,9 +215,13 @@ class SSDMobileNetV1(nn.Module):
         return torch.cat(boxes, 1), torch.cat(logits, 1)
 
     def decode(self, raw: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw outputs -> (normalized x0,y0,x1,y1 boxes [N,A,4], sigmoid scores [N,A,C])."""
+        """Raw outputs -> (boxes [N,A,4] xyxy in input pixels, sigmoid scores [N,A,C] with the
+        background at 0)."""
         encodings, logits = raw
-        return decode_boxes(encodings, self.anchors), torch.sigmoid(logits)
+        boxes = decode_boxes(encodings, self.anchors)
+        h, w = self.input_size
+        scale = torch.tensor([w, h, w, h], dtype=boxes.dtype, device=boxes.device)
+        return boxes * scale, torch.sigmoid(logits)
 
     def postprocess(
         self,
@@ -235,8 +239,6 @@ class SSDMobileNetV1(nn.Module):
         in one NMS. False: every (anchor, class) pair above the threshold, NMS per class.
         """
         boxes, scores = self.decode(raw)
-        h, w = self.input_size
-        boxes = boxes * torch.tensor([w, h, w, h], dtype=boxes.dtype, device=boxes.device)
         scores = scores[..., 1:]
         out = []
         for b, s in zip(boxes, scores, strict=True):
