@@ -111,7 +111,8 @@ def count_madds(
     quantized = any(_is_quantized_module(m) for m in model.modules())
     hooks = []
     for name, m in model.named_modules():
-        if any(True for _ in m.children()):
+        # Leaves, and quantized modules whose packed weights sit in a child module.
+        if any(True for _ in m.children()) and not _is_quantized_module(m):
             continue
 
         def hook(mod: nn.Module, inputs, output, name: str = name) -> None:
