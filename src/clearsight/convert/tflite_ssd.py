@@ -9,6 +9,7 @@ Tensors are matched by their graph names, and each op's stride, padding and fuse
 checked against the PyTorch module, so a file of another layout fails loudly.
 
     python -m clearsight.convert.tflite_ssd MODEL.tflite OUT_DIR [--name NAME]
+        [--source "repo @ commit : path"] [--licence LICENCE]
 """
 
 from __future__ import annotations
@@ -253,8 +254,17 @@ def coco91_class_names() -> list[str]:
     return [by_id.get(i, "???") for i in range(1, 91)]
 
 
-def convert_tflite_ssd(src: str | Path, out: str | Path, *, name: str | None = None) -> Path:
-    """Convert the TFLite file at `src` into a clearsight artifact folder (or .safetensors)."""
+def convert_tflite_ssd(
+    src: str | Path,
+    out: str | Path,
+    *,
+    name: str | None = None,
+    source: str | None = None,
+    licence: str | None = None,
+) -> Path:
+    """Convert the TFLite file at `src` into a clearsight artifact folder (or .safetensors);
+    `source` and `licence` (where the file came from, its weights' licence) go into the
+    provenance as given."""
     from clearsight.artifact import make_config, save_artifact
 
     model, graph = load_tflite_ssd(src)
@@ -270,7 +280,9 @@ def convert_tflite_ssd(src: str | Path, out: str | Path, *, name: str | None = N
             "converter": "python -m clearsight.convert.tflite_ssd",
             "tflite_postprocess_options": {k: opts[k] for k in sorted(opts)},
             "note": "uint8 weights dequantized to float32; activations are not quantized here",
-        },
+        }
+        | ({"source": source} if source else {})
+        | ({"licence": licence} if licence else {}),
     )
     # Raw class k (1..90) is COCO id k; the post-processed label k-1 maps to it.
     config.class_ids = list(range(1, 91))
@@ -287,8 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("tflite", help="the quantized SSD-MobileNet-v1 .tflite file")
     p.add_argument("out", help="artifact folder (or .safetensors file) to write")
     p.add_argument("--name", default=None, help="the artifact's name")
+    p.add_argument("--source", default=None, help="where the file came from (provenance)")
+    p.add_argument("--licence", default=None, help="the weights' licence (provenance)")
     a = p.parse_args(argv)
-    path = convert_tflite_ssd(a.tflite, a.out, name=a.name)
+    path = convert_tflite_ssd(a.tflite, a.out, name=a.name, source=a.source, licence=a.licence)
     print(f"wrote {path}")
     return 0
 

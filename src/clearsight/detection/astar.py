@@ -371,3 +371,26 @@ def astar_score(
         detections=len(results),
         madds_layers=count.layers,
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m clearsight.detection.astar MODEL --data DIR [--json FILE]` (until the
+    `clearsight astar-score` command is wired): parse, call, print."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m clearsight.detection.astar")
+    p.add_argument("model", help="artifact path, bundled model or architecture name")
+    p.add_argument("--data", required=True, help="folder with annotations/ and val2017/")
+    p.add_argument("--json", default=None, help="also write the result JSON here")
+    p.add_argument("--limit", type=int, default=None, help="only the first N images")
+    a = p.parse_args(argv)
+    result = astar_score(a.model, a.data, limit=a.limit)
+    text = result.to_json()
+    print(text)
+    if a.json:
+        Path(a.json).write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
