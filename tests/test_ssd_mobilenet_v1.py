@@ -92,10 +92,12 @@ def ported(tflite_path: Path):
 
 
 def _image(path: Path) -> np.ndarray:
-    from PIL import Image
+    """RGB uint8 stretched to 300x300 as the reference AP was measured (OpenCV bilinear)."""
+    import cv2
 
-    with Image.open(path) as im:
-        return np.asarray(im.convert("RGB").resize((300, 300), Image.BILINEAR))
+    from clearsight.io import read_image
+
+    return cv2.resize(read_image(path), (300, 300), interpolation=cv2.INTER_LINEAR)
 
 
 def test_generated_anchors_equal_the_files_anchor_constant(ported):
@@ -210,3 +212,20 @@ def test_port_detections_match_litert(ported, tflite_path, shared_data):
                 borderline = ((same > 0.5) & (same < 0.7)).any()
                 assert twin or borderline, f"{f.name}: {box.tolist()} {cls} IoUs {same.tolist()}"
     assert total >= 10 and close >= 0.9 * total, (close, total)
+
+
+def test_bundled_ssd_is_the_converted_contest_baseline():
+    from clearsight.zoo import bundled_models, resolve_model
+
+    folder = bundled_models()["ssd-mobilenet-v1-coco"]
+    weights = folder / "model.safetensors"
+    assert weights.stat().st_size < 20 * 1024 * 1024
+    loaded = resolve_model("ssd-mobilenet-v1-coco")
+    cfg = loaded.config
+    assert cfg.task == "detect" and cfg.architecture == "ssd-mobilenet-v1"
+    assert cfg.class_ids == list(range(1, 91)) and len(cfg.class_names) == 90
+    assert cfg.provenance["source_sha256"].startswith("e4b118e5e4531945")
+    card = (folder / "MODEL_CARD.md").read_text(encoding="utf-8")
+    assert "Apache-2.0" in card and "e4b118e5e4531945" in card and "437b7089" in card
+    # The anchors are generated, not stored: the weights hold the convolutions only.
+    assert not any("anchor" in k for k in loaded.model.state_dict())
