@@ -1,1 +1,1 @@
-"""Converters that bring weights published in other formats into clearsight modules."""
+"""Converters from other frameworks' model files (ONNX, TFLite) to clearsight artifacts."""

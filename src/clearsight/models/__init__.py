@@ -1,6 +1,13 @@
 """Model architectures, one file each, registered by name in `registry`."""
 
-from clearsight.models import identity, mbcnn, rescan, yolox_nano  # noqa: F401  (register on import)
+# Importing each architecture module registers it.
+from clearsight.models import (  # noqa: F401
+    identity,
+    mbcnn,
+    rescan,
+    ssd_mobilenet_v1,
+    yolox_nano,
+)
 from clearsight.models.registry import build_model, get_spec, list_specs, register_model
 
 __all__ = ["build_model", "get_spec", "list_specs", "register_model"]
