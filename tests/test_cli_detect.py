@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from clearsight.cli import app
@@ -102,3 +103,20 @@ def test_detect_keeps_going_past_bad_files(tmp_path: Path):
     assert "2 done, 1 failed" in res.output
     res = CliRunner().invoke(app, ["detect", str(src), "-o", str(tmp_path / "o2"), "--fail-fast"])
     assert res.exit_code == 1 and not (tmp_path / "o2" / "c.png").exists()
+
+
+@pytest.mark.realdata
+def test_astar_score_command_prints_and_writes_the_contest_figures(
+    shared_data: Path, tmp_path: Path
+):
+    data = shared_data / "detection" / "coco_mini_val"
+    res = CliRunner().invoke(
+        app,
+        ["astar-score", "ssd-mobilenet-v1-coco", "--data", str(data), "--limit", "3",
+         "--json", str(tmp_path / "a.json")],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    result = json.loads((tmp_path / "a.json").read_text())
+    assert result["images"] == 3 and 700 < result["madds"] < 800  # fp32 SSD at 300x300
+    assert result["quirks"]["nms_plus_one"] is True
+    assert f"score {result['score']:.2f}" in res.output

@@ -21,7 +21,6 @@ from clearsight.engine.ort_backend import load_onnx
 from clearsight.export.onnx import export_onnx_bytes
 from clearsight.model_audit import audit, audit_model
 from clearsight.models.contract import (
-    ClassMap,
     DetectionModel,
     RestorationModel,
     as_restoration_model,
@@ -40,7 +39,8 @@ ODD = (37, 45)
 # Small widths for architectures whose defaults are large (MBCNN: 14M parameters); any
 # constructor argument not named here keeps its default.
 SMALL_ARGS = {"n_filters": 4, "channels": 4, "stages": 2}
-ARCHITECTURES = [s.name for s in list_specs()]
+ARCHITECTURES = [s.name for s in list_specs() if s.task != "detect"]
+DETECTORS = [s.name for s in list_specs() if s.task == "detect"]
 
 
 def _small(name: str) -> LoadedModel:
@@ -57,8 +57,7 @@ def _image(h: int, w: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_architecture_declares_a_sane_contract(name: str) -> None:
     model = _small(name).model
-    assert isinstance(model, RestorationModel | DetectionModel)
-    assert isinstance(model, RestorationModel), "detection: no architecture registered yet"
+    assert isinstance(model, RestorationModel)
     assert isinstance(model.pad_multiple, int) and model.pad_multiple >= 1
     r = model.receptive_radius
     assert r is None or (isinstance(r, int) and r >= 0)
@@ -227,16 +226,33 @@ def test_a_plain_module_is_seen_through_the_contract() -> None:
     assert as_restoration_model(model) is model
 
 
-# --------------------------------------------------------------------------- detection (design)
+# --------------------------------------------------------------------------- detection
 
 
-def test_class_map_maps_contiguous_labels_to_sparse_dataset_ids() -> None:
-    coco_like = ClassMap(dataset_ids=(1, 2, 90), names=("person", "bicycle", "toothbrush"))
-    assert coco_like.num_classes == 3
-    assert coco_like.dataset_id(2) == 90 and coco_like.label(90) == 2
-    with pytest.raises(ValueError):
-        coco_like.label(3)
-    with pytest.raises(ValueError, match="2 ids but 1 names"):
-        ClassMap(dataset_ids=(1, 2), names=("a",))
-    with pytest.raises(ValueError, match="unique"):
-        ClassMap(dataset_ids=(1, 1), names=("a", "b"))
+@pytest.mark.parametrize("name", DETECTORS)
+def test_detector_follows_the_detection_contract(name: str, tmp_path: Path) -> None:
+    assert DETECTORS, "at least one detection architecture is registered"
+    lm = _small(name)
+    model = lm.model
+    assert isinstance(model, DetectionModel) and model.task == "detect"
+    assert get_spec(name).preprocess.size == model.input_size
+    h, w = model.input_size
+    x = _image(h, w)
+    with torch.no_grad():
+        raw = model(x)
+        boxes, scores = model.decode(raw)
+        (out,) = model.postprocess(raw, score_threshold=0.0, max_detections=7)
+    assert boxes.shape[:2] == scores.shape[:2] and boxes.shape[-1] == 4
+    k = len(out["scores"])
+    assert 0 < k <= 7 and out["boxes"].shape == (k, 4) and out["labels"].shape == (k,)
+    assert (out["scores"][:-1] >= out["scores"][1:]).all()  # sorted, best first
+    assert int(out["labels"].min()) >= 0 and int(out["labels"].max()) < model.num_classes
+    back = load_artifact(save_artifact(model, tmp_path / name, lm.config))
+    with torch.no_grad():
+        again = back.model(x)
+    for a, b in zip(_tensors(raw), _tensors(again), strict=True):
+        assert torch.equal(a, b)
+
+
+def _tensors(raw: object) -> list[torch.Tensor]:
+    return list(raw) if isinstance(raw, tuple | list) else [raw]  # type: ignore[arg-type]

@@ -41,7 +41,7 @@ def test_decoding_uses_grid_offsets_exp_sizes_and_the_level_stride():
     at_32 = 52 * 52 + 26 * 26 + 5 * 13 + 7  # stride 32, x=7, y=5
     raw = _raw((at_8, (0.5, 0.5, 0.0, 0.0), 0.9, 5, 0.8),
                (at_32, (0.0, 0.0, float(np.log(2.0)), 0.0), 0.5, 0, 1.0))  # fmt: skip
-    boxes = m.decode(raw)[0]
+    boxes = m.decode_boxes(raw)[0]
     assert torch.allclose(boxes[at_8], torch.tensor([24.0, 16.0, 32.0, 24.0]))
     assert torch.allclose(boxes[at_32], torch.tensor([7 * 32 - 32, 5 * 32 - 16, 7 * 32 + 32,
                                                        5 * 32 + 16.0]))  # fmt: skip
@@ -126,7 +126,7 @@ def test_outputs_match_onnx_runtime_on_coco_images(onnx_path, mini_val):
         assert (ours[..., 4:] - ref[..., 4:]).abs().max() < 1e-4, name
         assert (ours[..., :4] - ref[..., :4]).abs().max() < 1e-3, name
         confident = ref[0, :, 4] * ref[0, :, 5:].max(dim=1).values > 0.05
-        pixels = (model.decode(ours) - model.decode(ref))[0, confident].abs().max()
+        pixels = (model.decode_boxes(ours) - model.decode_boxes(ref))[0, confident].abs().max()
         assert confident.sum() > 5 and pixels < 0.05, name
 
 

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "models",
     "restore",
     "detect",
+    "astar",
     "evaluate",
     "data",
     "train",

@@ -30,9 +30,9 @@ a default, so a model declares only what differs:
 Plain `nn.Module`s (tests, quick experiments) still work: `as_restoration_model` shows one
 through the contract, reading the attributes it declares under the same names.
 
-Detection (`DetectionModel`) is designed here and implemented by the first detector: image
-tensor in, per image boxes (xyxy), scores and labels out; a `DetectionPreprocess` (input size
-and resize mode) and a `ClassMap` (contiguous label -> dataset id).
+Detection (`DetectionModel`, implemented by yolox-nano and ssd-mobilenet-v1): the
+preprocessed batch in, the raw head out; `decode` and `postprocess` give boxes (xyxy),
+scores and contiguous labels; preprocessing and the label -> dataset id map are artifact data.
 
 Models import only torch, this module and the layers below it (`tiling`, `preprocess`,
 `defaults`): never the engine, the exporter or the CLI (tests/test_layers.py).
@@ -205,84 +205,38 @@ def as_restoration_model(model: nn.Module) -> RestorationModel:
 
 # --------------------------------------------------------------------------- detection
 
-ResizeMode = Literal["letterbox", "stretch"]
-
-
-@dataclass(frozen=True)
-class DetectionPreprocess:
-    """How an image becomes a detector's input, and how boxes map back.
-
-    `input_size` (H, W) is what the network sees. "letterbox" scales the image to fit inside
-    it keeping the aspect ratio and pads the rest with `pad_value` (boxes are un-padded and
-    un-scaled back); "stretch" resizes to exactly `input_size` (boxes are scaled per axis).
-    Values are RGB in [0,1] before `mean`/`std` normalisation, as for restoration.
-    """
-
-    input_size: tuple[int, int]
-    resize_mode: ResizeMode = "letterbox"
-    pad_value: float = 114 / 255
-    mean: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    std: tuple[float, float, float] = (1.0, 1.0, 1.0)
-
-
-@dataclass(frozen=True)
-class ClassMap:
-    """Contiguous labels 0..K-1 (what a detector outputs) -> the dataset's ids and names.
-
-    COCO's 80 categories carry sparse ids between 1 and 90, so label 0 is id 1 ("person") and
-    label 79 is id 90 ("toothbrush"); evaluation against COCO annotations needs the ids.
-    """
-
-    dataset_ids: tuple[int, ...]
-    names: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        if len(self.dataset_ids) != len(self.names):
-            raise ValueError(f"class map: {len(self.dataset_ids)} ids but {len(self.names)} names")
-        if len(set(self.dataset_ids)) != len(self.dataset_ids):
-            raise ValueError("class map: dataset ids must be unique")
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.dataset_ids)
-
-    def dataset_id(self, label: int) -> int:
-        """The dataset id of contiguous `label`."""
-        return self.dataset_ids[label]
-
-    def label(self, dataset_id: int) -> int:
-        """The contiguous label of `dataset_id` (a ValueError for an unknown id)."""
-        return self.dataset_ids.index(dataset_id)
-
-
-@dataclass
-class Detections:
-    """One image's detections, in that image's own pixel coordinates (after `preprocess` is
-    undone): `boxes` [K,4] float (x1, y1, x2, y2), `scores` [K] float in [0,1] sorted
-    descending, `labels` [K] int64 contiguous labels (see `ClassMap`)."""
-
-    boxes: torch.Tensor
-    scores: torch.Tensor
-    labels: torch.Tensor
-
 
 class DetectionModel(nn.Module):
-    """Base of detection architectures (design: the first detector fills it in).
+    """Base of detection architectures: what `detection.Detector`, the COCO evaluation and
+    the Astar scorer may ask of a detector.
 
-    `detect` takes a [B,3,H,W] RGB batch in [0,1] at the image's own size and returns one
-    `Detections` per image; the model applies its `preprocess` (resize to `input_size`) and
-    maps boxes back, so callers never see the network's resolution. `forward` is the raw
-    network for training. The ONNX graph (`export_graph`) takes the preprocessed
-    [N,3,input_size] batch and outputs `boxes` [N,K,4], `scores` [N,K] and `labels` [N,K]
-    (padded with score 0); resizing and box mapping stay outside the graph.
+    - `task = "detect"`; `input_size` (H, W) is the fixed size the network sees (its anchors
+      or grids are built for it); `num_classes` counts the class outputs.
+    - `forward(x)` takes the preprocessed [N,3,H,W] batch and returns the raw head output
+      (what ONNX export and parity with a reference runtime compare).
+    - `decode(raw)` gives (xyxy boxes in network-input pixels [N,A,4], scores [N,A,C]).
+    - `postprocess(raw, score_threshold=, iou_threshold=, max_detections=)` gives, per image,
+      a dict of `boxes` [K,4] (network-input pixels), `scores` [K] and `labels` [K]
+      (contiguous 0..C-1, background excluded).
+
+    Preprocessing (input size, stretch or letterbox, colour order, range, mean/std) is the
+    artifact's `PreprocessSpec`, and the contiguous label -> dataset id map (COCO's sparse
+    ids) is the artifact's `class_ids`/`class_names`: data, read by every consumer
+    (`detection/preprocess.py`, `detection/detector.py`), never re-declared.
     """
 
-    task_family: ClassVar[str] = "detection"
-    preprocess: DetectionPreprocess
-    class_map: ClassMap
+    task: ClassVar[str] = "detect"
+    input_size: tuple[int, int]
+    num_classes: int
 
-    def detect(self, images: torch.Tensor, *, score_threshold: float = 0.0) -> list[Detections]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement detect()")
+    def decode(self, raw: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement decode()")
 
-    def export_graph(self) -> tuple[nn.Module, list[str]]:
-        raise NotImplementedError(f"{type(self).__name__} does not implement export_graph()")
+    def postprocess(
+        self,
+        raw: Any,
+        score_threshold: float = 0.01,
+        iou_threshold: float = 0.5,
+        max_detections: int = 100,
+    ) -> list[dict[str, torch.Tensor]]:
+        raise NotImplementedError(f"{type(self).__name__} does not implement postprocess()")

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+from clearsight.models.contract import DetectionModel
 from clearsight.models.registry import register_model
 from clearsight.preprocess import PreprocessSpec
 
@@ -149,7 +150,7 @@ def decode_boxes(encodings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor
     return torch.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], dim=-1)
 
 
-class SSDMobileNetV1(nn.Module):
+class SSDMobileNetV1(DetectionModel):
     """SSD-MobileNet-v1 (TF Object Detection API layout); see the module docstring."""
 
     task = "detect"

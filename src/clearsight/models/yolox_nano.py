@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchvision.ops import batched_nms
 
+from clearsight.models.contract import DetectionModel
 from clearsight.models.registry import register_model
 from clearsight.preprocess import PreprocessSpec
 
@@ -205,7 +206,7 @@ class YOLOXHead(nn.Module):
         return torch.cat(outs, dim=2).permute(0, 2, 1)
 
 
-class YOLOXNano(nn.Module):
+class YOLOXNano(DetectionModel):
     """YOLOX-Nano: raw head output from `forward`, boxes from `postprocess`."""
 
     task = "detect"
@@ -224,7 +225,14 @@ class YOLOXNano(nn.Module):
         """[N,3,H,W] preprocessed batch -> [N, A, 5 + C]: (x, y, log w, log h) raw, obj, cls."""
         return self.head(self.backbone(x))
 
-    def decode(self, raw: torch.Tensor, input_size: tuple[int, int] | None = None) -> torch.Tensor:
+    def decode(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The detection contract's decode: (xyxy boxes in network-input pixels [N, A, 4],
+        per-class scores objectness x class score [N, A, 80])."""
+        return self.decode_boxes(raw), raw[..., 4:5] * raw[..., 5:]
+
+    def decode_boxes(
+        self, raw: torch.Tensor, input_size: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """Raw output -> [N, A, 4] xyxy boxes in network-input pixels."""
         h, w = input_size or self.input_size
         grids, scales = [], []
@@ -256,7 +264,7 @@ class YOLOXNano(nn.Module):
     ) -> list[dict[str, torch.Tensor]]:
         """Per image: `boxes` (xyxy, network-input pixels), `scores` (obj x best class score),
         `labels` (0..C-1), after class-wise NMS, best first, at most `max_detections`."""
-        boxes = self.decode(raw, input_size)
+        boxes = self.decode_boxes(raw, input_size)
         cls_score, labels = raw[..., 5:].max(dim=-1)
         scores = raw[..., 4] * cls_score
         results = []
