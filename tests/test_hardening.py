@@ -168,7 +168,13 @@ def test_unknown_errors_say_internal_error_and_point_to_debug(tmp_path, monkeypa
 # -- 4: leftovers of a killed write are swept by the next folder run ----------------------
 
 
-def test_a_killed_write_leaves_nothing_after_the_next_run(tmp_path):
+@pytest.mark.parametrize("process_age_s", [0, 600])
+def test_a_killed_write_leaves_nothing_after_the_next_run(tmp_path, monkeypatch, process_age_s):
+    # process_age_s: a long-lived process (a server, a test session) starts a run long after
+    # it imported clearsight; the run's own start, not the import, decides what is old
+    import clearsight.atomic as atomic
+
+    monkeypatch.setattr(atomic, "RUN_STARTED", atomic.RUN_STARTED - process_age_s)
     out = tmp_path / "out"
     out.mkdir()
     killer = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,10 +204,11 @@ class Detector:
         )
         from clearsight.out_paths import check_output_folder
 
+        started = time.time()  # this run's start: older leftovers of dead writers are swept
         out = check_output_folder(out_dir)
         plan = plan_outputs([Path(p) for p in inputs], out)
         for folder in sorted({out} | {dst.parent for _, dst in plan}):
-            sweep_leftovers(folder)
+            sweep_leftovers(folder, before=started)  # a killed earlier run's temporaries
         ids = _image_ids([src for src, _ in plan])
         items: list[tuple[Path, Path, Detections]] = []
         failed: list[FailedFile] = []

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,10 +122,11 @@ def restore_files(
         raise OptionError(
             "existing", f"must be one of {', '.join(EXISTING_POLICIES)}, got {existing!r}"
         )
+    started = time.time()  # this run's start: older leftovers of dead writers are swept
     out_dir = check_output_folder(out)
     plan = plan_outputs([Path(p) for p in inputs], out_dir)
     for folder in sorted({out_dir} | {dst.parent for _, dst in plan}):
-        sweep_leftovers(folder)
+        sweep_leftovers(folder, before=started)  # a killed earlier run's temporaries
     if on_start is not None:
         on_start(len(plan))
     run = RestoreRun()
