@@ -194,21 +194,19 @@ class Detector:
         all are numbers, as COCO's are, else positions 0..N-1; each entry also names its file.
         A file that fails is recorded (`on_failure`, `DetectRun.failed`, OUT/failures.csv) and
         the run goes on, as `clearsight.restore_files` does, unless `fail_fast`."""
-        from clearsight.atomic import sweep_leftovers
         from clearsight.engine.batch import plan_outputs
         from clearsight.engine.restore_files import (
-            FAILURES_CSV,
             FailedFile,
             failure_reason,
-            write_failures_csv,
+            sweep_output_folders,
+            update_failures_csv,
         )
         from clearsight.out_paths import check_output_folder
 
         started = time.time()  # this run's start: older leftovers of dead writers are swept
         out = check_output_folder(out_dir)
         plan = plan_outputs([Path(p) for p in inputs], out)
-        for folder in sorted({out} | {dst.parent for _, dst in plan}):
-            sweep_leftovers(folder, before=started)  # a killed earlier run's temporaries
+        sweep_output_folders(out, (dst for _, dst in plan), started)
         ids = _image_ids([src for src, _ in plan])
         items: list[tuple[Path, Path, Detections]] = []
         failed: list[FailedFile] = []
@@ -231,11 +229,7 @@ class Detector:
                 on_image(src, dets)
         results_path = out / RESULTS_FILE
         atomic_write_text(results_path, json.dumps(results, indent=1) + "\n")
-        csv_path = out / FAILURES_CSV
-        if failed:
-            write_failures_csv(csv_path, failed)
-        elif csv_path.is_file():
-            csv_path.unlink()  # a previous run's list: it no longer describes this folder
+        update_failures_csv(out, failed)
         return DetectRun(items=items, results_path=results_path, image_ids=ids, failed=failed)
 
 

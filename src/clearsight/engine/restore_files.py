@@ -95,6 +95,24 @@ def write_failures_csv(path: Path, failed: Sequence[FailedFile]) -> Path:
     return path
 
 
+def update_failures_csv(out_dir: Path, failed: Sequence[FailedFile]) -> Path | None:
+    """OUT/failures.csv for this run: written when anything failed (its path returned), else
+    a previous run's list removed, since it no longer describes the folder."""
+    path = out_dir / FAILURES_CSV
+    if failed:
+        return write_failures_csv(path, failed)
+    if path.is_file():
+        path.unlink()
+    return None
+
+
+def sweep_output_folders(out_dir: Path, outputs: Iterable[Path], before: float) -> None:
+    """Remove the temporaries that killed writes left in OUT and the outputs' folders, of
+    writers now dead and older than `before` (`clearsight.atomic.sweep_leftovers`)."""
+    for folder in sorted({out_dir} | {p.parent for p in outputs}):
+        sweep_leftovers(folder, before=before)
+
+
 def restore_files(
     restorer: Restorer,
     inputs: Sequence[str | Path],
@@ -125,8 +143,7 @@ def restore_files(
     started = time.time()  # this run's start: older leftovers of dead writers are swept
     out_dir = check_output_folder(out)
     plan = plan_outputs([Path(p) for p in inputs], out_dir)
-    for folder in sorted({out_dir} | {dst.parent for _, dst in plan}):
-        sweep_leftovers(folder, before=started)  # a killed earlier run's temporaries
+    sweep_output_folders(out_dir, (dst for _, dst in plan), started)
     if on_start is not None:
         on_start(len(plan))
     run = RestoreRun()
@@ -152,11 +169,7 @@ def restore_files(
         run.append(restored)
         if on_file is not None:
             on_file(restored)
-    csv_path = out_dir / FAILURES_CSV
-    if run.failed:
-        run.failures_csv = write_failures_csv(csv_path, run.failed)
-    elif csv_path.is_file():
-        csv_path.unlink()  # a previous run's list: it no longer describes this folder
+    run.failures_csv = update_failures_csv(out_dir, run.failed)
     return run
 
 

@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from clearsight.atomic import sweep_leftovers
 from clearsight.engine.inference import InferenceOptions
 from clearsight.engine.restore_files import (
-    FAILURES_CSV,
     FailedFile,
     failure_reason,
-    write_failures_csv,
+    sweep_output_folders,
+    update_failures_csv,
 )
 from clearsight.errors import ClearsightError, OptionError
 from clearsight.scale.inputs import WorkItem, local_copy, plan_inputs
@@ -295,8 +294,7 @@ def run_files_ray(
 
                 ray.shutdown()
             ended = time.time()  # every worker has stopped: their dead writes' temporaries go
-            for folder in sorted({Path(i.output).parent for i in todo}):
-                sweep_leftovers(folder, before=ended)
+            sweep_output_folders(out_dir, (Path(i.output) for i in todo), ended)
     seconds = time.perf_counter() - start
     done = [r for r in results if r.status == STATUS_DONE]
     failed = [r for r in results if r.status != STATUS_DONE]
@@ -306,15 +304,11 @@ def run_files_ray(
         for i in todo
         if i.source in missing
     ]
-    failures_csv = out_dir / FAILURES_CSV
-    if failed:
-        write_failures_csv(
-            failures_csv,
-            [FailedFile(Path(r.source), Path(r.output), r.reason) for r in failed],
-        )
-    elif failures_csv.exists() and todo:
-        failures_csv.unlink()  # a rerun that fixed every earlier failure
-    return ScaleSummary(done, skipped, failed, seconds, failures_csv if failed else None)
+    failures_csv = None
+    if failed or todo:  # a rerun with nothing to do keeps the list it found
+        listed = [FailedFile(Path(r.source), Path(r.output), r.reason) for r in failed]
+        failures_csv = update_failures_csv(out_dir, listed)
+    return ScaleSummary(done, skipped, failed, seconds, failures_csv)
 
 
 def restore_files_ray(
