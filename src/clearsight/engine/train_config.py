@@ -106,9 +106,9 @@ class TrainSection:
     it, or a CPU with AVX512-BF16 or AMX, see `clearsight.cpu_features`), else fp32;
     bf16: always (emulated, hence slower, on other CPUs); off: fp32."""
     memory_format: str = "auto"
-    """auto: channels-last on CPU for architectures that measured faster with it (the model's
-    `prefers_channels_last`), else contiguous; channels_last | contiguous: forced. The math
-    is the same either way (equal within float rounding)."""
+    """auto: channels-last on an AVX-512 CPU for architectures that measured faster with it
+    (the model's `prefers_channels_last`; on AVX2 it measured slower), else contiguous;
+    channels_last | contiguous: forced. The math is the same either way (within rounding)."""
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     log_every: int = 10
