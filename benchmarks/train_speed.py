@@ -12,13 +12,17 @@ step is the trainer's own `train_step`, run under each setting:
 - bf16 autocast, and channels-last + bf16 (only on a CPU with native bf16, see
   `clearsight.cpu_features`; elsewhere bf16 is emulated and slower: skipped with a message,
   `--force-bf16` times it anyway)
-- auto: what `train.amp: auto` and `train.memory_format: auto` choose on this machine
+- torch.compile (`train.compile: on`), fp32 and (with native bf16) bf16; the compile itself
+  (minutes) happens in the warm-up rounds and is not timed; `--no-compile` skips these rows
+- auto: what `train.amp`, `train.memory_format` and `train.compile: auto` choose on this
+  machine for a long run
 
 Steps of all variants are interleaved round by round (after 2 warm-up rounds), so a burst of
 other work on the machine slows every variant alike; each row is the median of `--steps`.
 The last line reads `speed-up vs official: A.AAx (fp32) B.BBx (fastest)` (RESCAN).
 
     python benchmarks/train_speed.py [--steps 5] [--threads N] [--only rescan,mbcnn-light]
+                                     [--no-compile]
 """
 
 from __future__ import annotations
@@ -99,7 +103,7 @@ def make_data(root: Path, size: int) -> Path:
 
 
 def trainer_step(
-    arch: str, data: Path, run_dir: Path, batch: tuple[torch.Tensor, torch.Tensor], **train: str
+    arch: str, data: Path, run_dir: Path, batch: tuple[torch.Tensor, torch.Tensor], **train: object
 ) -> tuple[Step, Any]:
     """clearsight's `_Run.train_step` on `batch` under the `train` section settings."""
     bsz, patch = batch[0].shape[0], batch[0].shape[-1]
@@ -138,18 +142,31 @@ def build_variants(args: argparse.Namespace, data: Path, tmp: Path) -> list[Vari
                 )
             else:
                 print(f"official RESCAN code skipped: {OFFICIAL_DIR} is absent")
-        settings = [("before: contiguous, fp32", "contiguous", "off", True)]
-        settings.append(("channels-last, fp32", "channels_last", "off", True))
+        settings = [("before: contiguous, fp32", "contiguous", "off", "off", True)]
+        settings.append(("channels-last, fp32", "channels_last", "off", "off", True))
+        if not args.no_compile:
+            settings.append(("contiguous, fp32, compiled", "contiguous", "off", "on", True))
         if bf16:
-            settings.append(("contiguous, bf16 autocast", "contiguous", "bf16", False))
-            settings.append(("channels-last, bf16 autocast", "channels_last", "bf16", False))
-        for name, fmt, amp, fp32 in settings:
+            settings.append(("contiguous, bf16 autocast", "contiguous", "bf16", "off", False))
+            settings.append(("channels-last, bf16 autocast", "channels_last", "bf16", "off", False))
+            if not args.no_compile:
+                settings.append(("contiguous, bf16, compiled", "contiguous", "bf16", "on", False))
+        for name, fmt, amp, comp, fp32 in settings:
             step, _ = trainer_step(
-                arch, data, tmp / f"{arch}-{fmt}-{amp}", batch, memory_format=fmt, amp=amp
+                arch,
+                data,
+                tmp / f"{arch}-{fmt}-{amp}-{comp}",
+                batch,
+                memory_format=fmt,
+                amp=amp,
+                compile=comp,
             )
             out.append(Variant(arch, name, step, fp32, []))
-        step, chosen = trainer_step(arch, data, tmp / f"{arch}-auto", batch)
+        # "auto" as a long run resolves it (train.steps decides whether compiling pays off)
+        extra = {"compile": "off"} if args.no_compile else {}
+        step, chosen = trainer_step(arch, data, tmp / f"{arch}-auto", batch, steps=100_000, **extra)
         layout = "channels-last" if chosen.channels_last else "contiguous"
+        layout += ", compiled" if chosen.compiled else ""
         label = f"auto ({'bf16' if chosen.amp else 'fp32'}, {layout})"
         out.append(Variant(arch, label, step, not chosen.amp, []))
     return out
@@ -172,6 +189,7 @@ def main() -> None:
     ap.add_argument("--mbcnn-batch", type=int, default=4)
     ap.add_argument("--mbcnn-patch", type=int, default=128)
     ap.add_argument("--force-bf16", action="store_true", help="time bf16 without native support")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cpu = detect_cpu_features().describe()

@@ -109,6 +109,10 @@ class TrainSection:
     """auto: channels-last on an AVX-512 CPU for architectures that measured faster with it
     (the model's `prefers_channels_last`; on AVX2 it measured slower), else contiguous;
     channels_last | contiguous: forced. The math is the same either way (within rounding)."""
+    compile: str = "auto"
+    """auto: `torch.compile` the model on CPU for architectures that measured faster compiled
+    (the model's `prefers_compile`) in runs of at least `COMPILE_MIN_STEPS` steps, which repay
+    the compile time (minutes); on | off: forced. Same math within float rounding."""
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     seed: int = 0
     log_every: int = 10
@@ -153,6 +157,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn"),
     "train.amp": ("auto", "bf16", "off"),
     "train.memory_format": ("auto", "channels_last", "contiguous"),
+    "train.compile": ("auto", "on", "off"),
 }
 POSITIVE = {"data.patch_size", "data.batch_size", "data.repeat", "train.steps", "train.grad_accum"}
 POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.nan_patience"}

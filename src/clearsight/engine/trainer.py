@@ -72,6 +72,7 @@ __all__ = [
     "speed_settings",
     "train",
     "use_channels_last",
+    "use_compile",
 ]
 
 LOG_FILE = "train_log.jsonl"
@@ -80,6 +81,9 @@ OVERFIT_MARGIN = 0.5
 TIMING_STEPS = 100
 """With train.max_minutes, the step time is the median over this many first steps."""
 TIME_MARGIN = 0.92
+COMPILE_MIN_STEPS = 500
+"""`train.compile: auto` compiles only runs this long: compiling RESCAN's training step took
+about 2 minutes on a 2-core CPU, which a run of hundreds of steps repays."""
 """Share of the remaining budget given to steps; the rest covers validation and exports."""
 
 
@@ -113,11 +117,13 @@ class SpeedSettings:
     amp: bool
     channels_last: bool
     why: str
+    compiled: bool = False
     """Why amp was (not) chosen, e.g. 'auto: AVX2, no native bf16'."""
 
     def describe(self) -> str:
         layout = "channels-last" if self.channels_last else "contiguous"
-        return f"train: {'bf16 autocast' if self.amp else 'fp32'}, {layout} ({self.why})"
+        compiled = ", torch.compile" if self.compiled else ""
+        return f"train: {'bf16 autocast' if self.amp else 'fp32'}, {layout}{compiled} ({self.why})"
 
     def log_fields(self) -> dict[str, str]:
         """Strings only: TensorBoard takes the numeric fields of a log record as scalars."""
@@ -125,6 +131,7 @@ class SpeedSettings:
             "amp": "bf16" if self.amp else "off",
             "memory_format": "channels_last" if self.channels_last else "contiguous",
             "amp_reason": self.why,
+            "compile": "on" if self.compiled else "off",
         }
 
 
@@ -168,11 +175,25 @@ def use_channels_last(
     return feats.capability.upper().startswith("AVX512")
 
 
+def use_compile(setting: str, model: nn.Module, device: torch.device, steps: int) -> bool:
+    """`train.compile` resolved: "auto" compiles architectures that measured faster compiled
+    (`prefers_compile`; RESCAN's step 1.7x in `benchmarks/train_speed.py` on a 2-core CPU)
+    on CPU, in runs long enough to repay the compile time (`COMPILE_MIN_STEPS`)."""
+    if setting != "auto":
+        return setting == "on"
+    return (
+        device.type == "cpu"
+        and bool(getattr(model, "prefers_compile", False))
+        and steps >= COMPILE_MIN_STEPS
+    )
+
+
 def speed_settings(
     t: TrainSection, model: nn.Module, device: torch.device, cpu: CpuFeatures | None = None
 ) -> SpeedSettings:
     amp, why = choose_amp(t.amp, device, cpu)
-    return SpeedSettings(amp, use_channels_last(t.memory_format, model, device, cpu), why)
+    layout = use_channels_last(t.memory_format, model, device, cpu)
+    return SpeedSettings(amp, layout, why, use_compile(t.compile, model, device, t.steps))
 
 
 @dataclass(frozen=True)
@@ -346,6 +367,8 @@ class _Run:
         self.net: nn.Module = self.model
         if d.world > 1:
             self.net = nn.parallel.DistributedDataParallel(self.model)
+        if self.speed.compiled:  # the step only: saving, EMA and validation use self.model
+            self.net = torch.compile(self.net)  # type: ignore[assignment]
         opt_cls = torch.optim.AdamW if cfg.optim.name == "adamw" else torch.optim.Adam
         self.opt = opt_cls(
             self.model.parameters(),

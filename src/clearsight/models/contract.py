@@ -17,6 +17,7 @@ a default, so a model declares only what differs:
   number of stages (`final_output(x, stages=..., threshold=...)`) and record how many each
   image used.
 - `prefers_channels_last`: the engine keeps CPU weights NHWC (faster oneDNN convolutions).
+- `prefers_compile`: long CPU training runs `torch.compile` the model (measured faster).
 - `tiling`: a `TilingLimits` (default tile size, pixels above which an image is tiled);
   None in either uses the engine's defaults (`clearsight.defaults`).
 - `final_output(x, **kw)`: the one accessor for "the restored image": `restore`, or forward
@@ -88,6 +89,7 @@ class RestorationModel(nn.Module):
     last_stages_used: list[int] | None = None
     """Stages each image of the last staged call used (batch order); None without stages."""
     prefers_channels_last: bool = False
+    prefers_compile: bool = False
     tiling: TilingLimits = TilingLimits()
 
     @property

@@ -78,6 +78,9 @@ class RESCAN(RestorationModel):
     # contiguous (two identical rows of one heavily shared run); 1.30x (1.98 -> 1.52 s) on a
     # quiet 2-core AVX-512 machine.
     prefers_channels_last: bool = True
+    # Long CPU training runs compile the model (`train.compile: auto`): inductor fuses the
+    # many small elementwise ops of the recurrent gates; mbcnn-light measured no gain (1.04x).
+    prefers_compile: bool = True
 
     def __init__(
         self,
