@@ -343,6 +343,11 @@ def _contest_runner(
     MAdds counted on its graph)."""
     from clearsight.engine.ort_detect import OrtDetector
 
+    if config.task != "detect":
+        raise ClearsightError(
+            f"model {config.name or config.architecture} is a {config.task!r} model, not a "
+            "detector (task 'detect')"
+        )
     if isinstance(model, OrtDetector):
         if model.layout != "astar" or model.model_data is None:
             raise ClearsightError(

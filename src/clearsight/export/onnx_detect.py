@@ -159,9 +159,25 @@ def _trace(graph: nn.Module, example: torch.Tensor, names: list[str], source: st
                 dynamo=False,
                 do_constant_folding=True,
             )
+        ref = graph(example[:1])
     except Exception as exc:
         raise ExportError(f"{source}: ONNX export failed ({type(exc).__name__}: {exc})") from exc
-    return buf.getvalue()
+    return _static_dims(
+        buf.getvalue(), {n: list(r.shape[1:]) for n, r in zip(names, ref, strict=True)}
+    )
+
+
+def _static_dims(data: bytes, dims: dict[str, list[int]]) -> bytes:
+    """Give every output its fixed sizes after the batch axis (tracing leaves reshaped ones
+    symbolic), so consumers read [N, A, 4] from the file."""
+    import onnx
+
+    proto = onnx.load_from_string(data)
+    for out in proto.graph.output:
+        for d, size in zip(out.type.tensor_type.shape.dim[1:], dims[out.name], strict=True):
+            d.Clear()
+            d.dim_value = int(size)
+    return proto.SerializeToString()
 
 
 def _final_detections(
