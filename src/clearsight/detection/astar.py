@@ -19,7 +19,10 @@ The contest's `score.py`, step by step, as reproduced here:
    above 1300 the score is 0, else 100 * mAP - (5.1249 * ln(MAdds) - 14.499).
 
 `astar_score(model, data_dir)` returns an `AstarResult`; `AstarResult.to_dict()` is the
-JSON the `astar-score` command prints or writes.
+JSON the `astar-score` command prints or writes. The model is a clearsight detector (run
+behind `ContestAdapter`, MAdds by forward hooks) or an ONNX file exported with
+`clearsight export MODEL --layout astar` (the adapter traced; run by ONNX Runtime, MAdds
+counted on its graph by `madds.count_madds_onnx`).
 """
 
 from __future__ import annotations
