@@ -247,3 +247,17 @@ def test_yolox_contest_layout_onnx_scores_like_pytorch_on_coco_images(shared_dat
     assert ox.images == pt.images == 6 and ox.detections == pt.detections
     assert ox.map == pytest.approx(pt.map, abs=1e-4) and pt.map > 0.1
     assert ox.madds == pytest.approx(pt.madds, rel=1e-3) and 500 < pt.madds < 560
+
+
+def test_adapter_converts_the_contest_input_where_it_cannot_fold(tiny):
+    """A 128x128 model (YOLOX's case: not 300x300) gets the contest tensor converted to its
+    own preprocessing of the same pixels, then resized, in front of an untouched network."""
+    lm, _, _ = tiny
+    adapter = ContestAdapter(lm.model, lm.config)
+    assert "bilinear resize" in adapter.note
+    rgb = torch.randint(0, 256, (1, 3, 300, 300)).float()
+    contest = (rgb.flip(1) - 127.5) * 0.007843
+    own = lm.config.preprocess.to_model(rgb / 255)
+    want = torch.nn.functional.interpolate(own, size=(128, 128), mode="bilinear")
+    assert torch.allclose(adapter.contest_input(contest), want, atol=1e-4)
+    assert torch.equal(adapter.model.conv0[0].weight, lm.model.conv0[0].weight)
