@@ -234,15 +234,19 @@ def train(
 
 
 def export_onnx(
-    model: str | os.PathLike[str], out: str | os.PathLike[str] | None = None, fmt: str = "onnx"
+    model: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    fmt: str = "onnx",
+    layout: str | None = None,
 ) -> tuple[Path, ParityResult]:
     """Export `model` (any `load_model` reference) to ONNX (opset 17, dynamic H and W, the
-    config in the metadata), parity-checked against PyTorch; default file MODEL.onnx."""
+    config in the metadata), parity-checked against PyTorch; default file MODEL.onnx.
+    Detectors: `layout` "decoded" (default) or "astar" (the contest's, MODEL-astar.onnx)."""
     from clearsight.export.onnx import check_format, default_output
     from clearsight.export.onnx import export_onnx as export_loaded
     from clearsight.out_paths import check_output_file
 
     fmt = check_format(fmt)
-    target = check_output_file(out or default_output(str(model), fmt), "export output")
+    target = check_output_file(out or default_output(str(model), fmt, layout), "export output")
     loaded = load_model(model)
-    return export_loaded(loaded, target)
+    return export_loaded(loaded, target, layout=layout)

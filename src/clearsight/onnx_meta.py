@@ -18,6 +18,8 @@ from clearsight.errors import ArtifactError
 CONFIG_KEY = "clearsight_config"
 EXPORT_KEY = "clearsight_export"
 PREPROCESS_KEY = "clearsight_preprocess"
+CLASSES_KEY = "clearsight_classes"
+"""Detectors: the dataset class id and name of each label (`export/onnx_detect.py`)."""
 EXPORT_FORMAT_VERSION = 1
 STATS_INPUT = "global_stats"
 """Name of the tile graph's extra input: the shared statistics [N, sites, C]."""

@@ -23,23 +23,36 @@ def export_cmd(
         Path | None, typer.Option("--out", "-o", help="Output file (default: MODEL.onnx).")
     ] = None,
     skip_existing: SkipExistingOpt = False,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help="Detectors: decoded (boxes + scores before NMS, default) or astar (the "
+            "Astar 2019 contest interface, scored by astar-score).",
+        ),
+    ] = None,
 ) -> None:
-    """Export MODEL (opset 17, dynamic H and W, config in the metadata), parity-checked."""
+    """Export MODEL (opset 17, dynamic batch, config in the metadata), parity-checked."""
     from clearsight.api import export_onnx
     from clearsight.export.onnx import check_format, default_output
+    from clearsight.export.onnx_detect import check_layout
 
-    target = out or default_output(model, check_format(fmt))
+    layout = None if layout is None else check_layout(layout)
+    target = out or default_output(model, check_format(fmt), layout)
     if skip_existing and target.is_file():
         console.print(f"{target} exists, skipped (--skip-existing)", highlight=False)
         return
-    path, parity = export_onnx(model, target, fmt)
+    path, parity = export_onnx(model, target, fmt, layout=layout)
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)
+    what = "largest difference / output range" if parity.outputs else "max abs difference"
     console.print(
-        f"parity (ONNX Runtime vs PyTorch at {sizes}): max abs difference "
-        f"{parity.max_abs_diff:.3g}",
+        f"parity (ONNX Runtime vs PyTorch at {sizes}): {what} {parity.max_abs_diff:.3g}",
         highlight=False,
         soft_wrap=True,
     )
+    if parity.outputs is not None:
+        per = ", ".join(f"{k} {v:.3g}" for k, v in parity.outputs.items())
+        console.print(f"outputs: {per}; {parity.detections}", highlight=False, soft_wrap=True)
     console.print(f"wrote {path} ({path.stat().st_size / 2**20:.2f} MB)", highlight=False)
 
 

@@ -19,7 +19,10 @@ The contest's `score.py`, step by step, as reproduced here:
    above 1300 the score is 0, else 100 * mAP - (5.1249 * ln(MAdds) - 14.499).
 
 `astar_score(model, data_dir)` returns an `AstarResult`; `AstarResult.to_dict()` is the
-JSON the `astar-score` command prints or writes.
+JSON the `astar-score` command prints or writes. The model is a clearsight detector (run
+behind `ContestAdapter`, MAdds by forward hooks) or an ONNX file exported with
+`clearsight export MODEL --layout astar` (the adapter traced; run by ONNX Runtime, MAdds
+counted on its graph by `madds.count_madds_onnx`).
 """
 
 from __future__ import annotations
@@ -30,16 +33,18 @@ import io
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from clearsight.detection.coco_classes import COCO_IDS
-from clearsight.detection.madds import MAddsCount, count_madds
+from clearsight.detection.madds import MAddsCount, count_madds, count_madds_onnx
 from clearsight.errors import ClearsightError
 
 CONTEST_SIZE = (300, 300)
@@ -165,13 +170,18 @@ def contest_preprocess(path: str | os.PathLike[str]) -> tuple[np.ndarray, tuple[
     from PIL import Image
 
     with Image.open(path) as im:
-        size = im.size
-        if im.mode != "RGB":
-            im = im.convert("RGB")
-        im = im.resize(CONTEST_SIZE[::-1], Image.LANCZOS)
-        x = np.asarray(im, dtype=np.float32)
-    x = x.transpose(2, 0, 1)[::-1]
-    return ((x - CONTEST_MEAN) * CONTEST_SCALE).astype(np.float32), size
+        return contest_preprocess_pil(im), im.size
+
+
+def contest_preprocess_pil(im: Any) -> np.ndarray:
+    """A PIL image as the contest feeds it (see `contest_preprocess`)."""
+    from PIL import Image
+
+    if im.mode != "RGB":
+        im = im.convert("RGB")
+    im = im.resize(CONTEST_SIZE[::-1], Image.LANCZOS)
+    x = np.asarray(im, dtype=np.float32).transpose(2, 0, 1)[::-1]
+    return ((x - CONTEST_MEAN) * CONTEST_SCALE).astype(np.float32)
 
 
 def contest_images(coco: Any, quirks: AstarQuirks) -> list[dict[str, Any]]:
@@ -185,6 +195,26 @@ def contest_images(coco: Any, quirks: AstarQuirks) -> list[dict[str, Any]]:
 
 
 # --- the adapter from a clearsight detector to the contest protocol --------------------------
+
+
+class _ContestInput(nn.Module):
+    """The contest tensor -> a model's input: model channel k = a_k * contest channel
+    order[k] + b_k, then a bilinear resize to `size` when it is not the contest's."""
+
+    def __init__(
+        self, order: list[int], a: torch.Tensor, b: torch.Tensor, size: tuple[int, int]
+    ) -> None:
+        super().__init__()
+        self.order = list(order)
+        self.register_buffer("a", a.float().view(1, 3, 1, 1))
+        self.register_buffer("b", b.float().view(1, 3, 1, 1))
+        self.size = tuple(size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x[:, self.order] * self.a + self.b
+        if tuple(x.shape[-2:]) != self.size:
+            x = F.interpolate(x, size=self.size, mode="bilinear", align_corners=False)
+        return x
 
 
 class ContestAdapter(nn.Module):
@@ -212,27 +242,21 @@ class ContestAdapter(nn.Module):
         self.input_size = tuple(model.input_size)
         self.class_ids = list(config.class_ids)
         self.note = ""
+        self.contest_input: nn.Module = nn.Identity()
         self.model = self._fold_input(copy.deepcopy(model).eval(), config.preprocess)
 
     def _fold_input(self, model: nn.Module, spec: Any) -> nn.Module:
-        """Make the contest tensor the model's own input by rewriting its first conv.
+        """Make the contest tensor the model's own input.
 
         The model expects, per RGB channel k, ((x/255)(hi - lo) + lo - mean_k) / std_k; the
-        contest gives (x_bgr - 127.5) * 0.007843. Both are affine in the pixel, so the first
-        conv's input channels are reordered and its weights and bias rescaled to match.
+        contest gives (x_bgr - 127.5) * 0.007843. Both are affine in the pixel: where the
+        model stretches to 300x300 and starts with a 3-channel convolution, that conv's input
+        channels are reordered and its weights and bias rescaled (no extra op). Otherwise
+        (YOLOX: a letterbox at 416 and a space-to-depth stem) a per-channel affine and a
+        bilinear resize to the model's square input run first; the contest counts neither
+        (elementwise and resize ops are free), and the contest's square 300x300 image
+        letterboxed into a square input is that plain resize.
         """
-        first = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
-        linear_spec = spec.resize in ("fixed", "none") and first is not None
-        if not linear_spec or first.in_channels != 3 or first.groups != 1:
-            raise ClearsightError(
-                "the Astar adapter folds the contest preprocessing into a first 3-channel "
-                "convolution; this model has none"
-            )
-        if tuple(spec.size or self.input_size) != CONTEST_SIZE:
-            raise ClearsightError(
-                f"the Astar adapter needs a {CONTEST_SIZE[0]}x{CONTEST_SIZE[1]} model, "
-                f"this one takes {spec.size}"
-            )
         lo, hi = spec.value_range
         mean = torch.tensor(spec.mean, dtype=torch.float64)
         std = torch.tensor(spec.std, dtype=torch.float64)
@@ -240,6 +264,31 @@ class ContestAdapter(nn.Module):
         a = (hi - lo) / (255.0 * CONTEST_SCALE) / std
         b = (CONTEST_MEAN / 255.0 * (hi - lo) + lo - mean) / std
         order = [2, 1, 0] if spec.color_order == "RGB" else [0, 1, 2]
+        first = next((m for m in model.modules() if isinstance(m, nn.Conv2d)), None)
+        foldable = (
+            spec.resize in ("fixed", "none")
+            and tuple(spec.size or self.input_size) == CONTEST_SIZE
+            and first is not None
+            and first.in_channels == 3
+            and first.groups == 1
+        )
+        if not foldable:
+            h, w = self.input_size
+            if h != w or spec.resize not in ("fixed", "letterbox", "none"):
+                raise ClearsightError(
+                    f"the Astar adapter needs a square model input or a first 3-channel "
+                    f"convolution at {CONTEST_SIZE[0]}x{CONTEST_SIZE[1]}; this model takes "
+                    f"{h}x{w} with resize {spec.resize!r}"
+                )
+            self.note = (
+                f"contest preprocessing converted to the model's input by a per-channel affine "
+                f"(channels {spec.color_order}->BGR reordered, scale {a.tolist()}, offset "
+                f"{b.tolist()}) and a bilinear resize from {CONTEST_SIZE[0]}x{CONTEST_SIZE[1]} "
+                f"to {h}x{w} (the model's {spec.resize} input); both free in the MAdds count"
+            )
+            self.contest_input = _ContestInput(order, a, b, (h, w))
+            return model
+        assert first is not None
         with torch.no_grad():
             w = first.weight.double()
             bias_shift = (w.sum(dim=(2, 3)) * b).sum(dim=1)
@@ -259,7 +308,7 @@ class ContestAdapter(nn.Module):
         return model
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        boxes, scores = self.model.decode(self.model(x))
+        boxes, scores = self.model.decode(self.model(self.contest_input(x)))
         h, w = self.input_size
         boxes = boxes / torch.tensor([w, h, w, h], dtype=boxes.dtype, device=boxes.device)
         k = len(self.class_ids)
@@ -289,6 +338,36 @@ def _load_model(model_ref: Any) -> tuple[nn.Module, Any, str]:
     return loaded.model, loaded.config, loaded.source
 
 
+def _contest_runner(
+    model: nn.Module, config: Any, device: str, halve_quantized: bool
+) -> tuple[Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], MAddsCount, str]:
+    """What runs the contest batches, its MAdds and the report's note: a clearsight detector
+    behind `ContestAdapter`, or an ONNX file exported with `--layout astar` (ONNX Runtime,
+    MAdds counted on its graph)."""
+    from clearsight.engine.ort_detect import OrtDetector
+
+    if config.task != "detect":
+        raise ClearsightError(
+            f"model {config.name or config.architecture} is a {config.task!r} model, not a "
+            "detector (task 'detect')"
+        )
+    if isinstance(model, OrtDetector):
+        if model.layout != "astar" or model.model_data is None:
+            raise ClearsightError(
+                f"{model.source}: astar-score runs ONNX files exported with --layout astar "
+                f"(this one has layout {model.layout!r}); or score the artifact itself"
+            )
+        count = count_madds_onnx(model.model_data, halve_quantized=halve_quantized)
+        note = (
+            "ONNX Runtime runs the exported contest-layout graph (its own folded "
+            "preprocessing); MAdds counted on the ONNX graph"
+        )
+        return model.run_contest, count, note
+    adapter = ContestAdapter(model, config).to(device).eval()
+    count = count_madds(adapter, CONTEST_SIZE, halve_quantized=halve_quantized)
+    return adapter, count, adapter.note
+
+
 def astar_score(
     model_ref_or_loaded: Any,
     data_dir: str | os.PathLike[str],
@@ -316,8 +395,7 @@ def astar_score(
     if not ann.is_file() or not img_dir.is_dir():
         raise ClearsightError(f"{data}: needs annotations/instances_val2017.json and val2017/")
     model, config, source = _load_model(model_ref_or_loaded)
-    adapter = ContestAdapter(model, config).to(device).eval()
-    count: MAddsCount = count_madds(adapter, CONTEST_SIZE, halve_quantized=q.halve_quantized)
+    run, count, note = _contest_runner(model, config, device, q.halve_quantized)
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO(str(ann))
     images = contest_images(coco, q)
@@ -330,7 +408,7 @@ def astar_score(
         arrays, sizes = [a for a, _ in loaded], [sz for _, sz in loaded]
         x = torch.from_numpy(np.stack(arrays)).to(device)
         with torch.no_grad():
-            boxes, scores = adapter(x)
+            boxes, scores = run(x)
         boxes_np = boxes.float().cpu().numpy()
         scores_np = scores.float().cpu().numpy()
         for im, (w, h), b, s in zip(batch, sizes, boxes_np, scores_np, strict=True):
@@ -367,7 +445,7 @@ def astar_score(
         quirks=asdict(q),
         quantized=count.quantized,
         model=config.name or source,
-        adapter=adapter.note,
+        adapter=note,
         detections=len(results),
         madds_layers=count.layers,
     )

@@ -25,6 +25,7 @@ from torchvision.utils import draw_bounding_boxes
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
+from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 
@@ -96,6 +97,8 @@ class Detector:
         self.loaded = loaded
         self.device = torch.device(device)
         self.model = loaded.model.to(self.device).eval()
+        if isinstance(self.model, OrtDetector):
+            self.model.check_runs_as_detector()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
         num_classes = getattr(self.model, "num_classes", None)
         ids = cfg.class_ids
@@ -105,7 +108,9 @@ class Detector:
             ids = list(range(n))
         if names is None:
             names = [f"class {i}" for i in ids]
-        if num_classes is not None and len(ids) != num_classes:
+        # num_classes counts the class outputs; SSD's include a background column that its
+        # postprocess drops, so its labels (and class_ids) are one fewer
+        if num_classes is not None and len(ids) not in (num_classes, num_classes - 1):
             raise ClearsightError(
                 f"{loaded.source}: class_ids lists {len(ids)} classes, the model predicts "
                 f"{num_classes}"

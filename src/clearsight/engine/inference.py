@@ -29,7 +29,7 @@ from clearsight.defaults import (
     MIN_TILE,
 )
 from clearsight.engine.ort_backend import BACKENDS
-from clearsight.errors import ModelOutputError, OptionError
+from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
@@ -227,6 +227,11 @@ class Restorer:
     """Run a restoration model on [B,3,H,W] RGB tensors in [0,1]."""
 
     def __init__(self, loaded: LoadedModel, options: InferenceOptions | None = None) -> None:
+        if loaded.config.task == "detect":
+            raise ClearsightError(
+                f"model {loaded.source} is a detector (task 'detect'), not a restoration "
+                "model; use `clearsight detect` or `clearsight eval`"
+            )
         self.loaded = loaded
         self.options = options or InferenceOptions()
         if self.options.ensemble not in ENSEMBLE_VIEWS:

@@ -36,7 +36,6 @@ import contextlib
 import io
 import os
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,11 @@ from torch import nn
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_bytes
 from clearsight.engine.ort_backend import OrtModel, load_onnx, make_session
+from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ClearsightError
+from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult
+from clearsight.export.common import add_metadata as _add_metadata
+from clearsight.export.onnx_detect import export_detection_bytes
 from clearsight.models.contract import RestorationModel, as_restoration_model
 from clearsight.onnx_meta import (
     EXPORT_FORMAT_VERSION,
@@ -57,28 +60,8 @@ from clearsight.onnx_meta import (
 from clearsight.preprocess import pad_to_multiple
 
 FORMATS = ("onnx",)
-OPSET = 17
-TOLERANCE = 1e-4
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))
 PARITY_SIZES_QUICK: tuple[tuple[int, int], ...] = ((64, 96), (67, 93))
-
-
-class ExportError(ClearsightError):
-    """An export failed (unsupported model, or ONNX Runtime disagrees with PyTorch)."""
-
-
-@dataclass
-class ParityResult:
-    sizes: list[tuple[int, int]]
-    max_abs_diff: float
-    per_size: list[float]
-    shared_stats_diff: float | None = None
-    """Max abs difference of the derived statistics and tile graphs (None: none derived)."""
-
-    @property
-    def ok(self) -> bool:
-        worst = max(self.max_abs_diff, self.shared_stats_diff or 0.0)
-        return worst <= TOLERANCE
 
 
 class _WithStats(nn.Module):
@@ -125,18 +108,6 @@ def _set_channel_dims(data: bytes, channels: dict[str, int]) -> bytes:
         if out.name in channels and len(dims) == 4:
             dims[1].Clear()
             dims[1].dim_value = channels[out.name]
-    return proto.SerializeToString()
-
-
-def _add_metadata(data: bytes, props: dict[str, str]) -> bytes:
-    import onnx
-
-    proto = onnx.load_from_string(data)
-    del proto.metadata_props[:]
-    for k, v in props.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = k, v
-    proto.producer_name = "clearsight"
     return proto.SerializeToString()
 
 
@@ -262,10 +233,18 @@ def export_onnx_bytes(
     *,
     parity_sizes: tuple[tuple[int, int], ...] = PARITY_SIZES,
     tolerance: float = TOLERANCE,
+    layout: str | None = None,
 ) -> tuple[bytes, ParityResult]:
-    """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`."""
-    if isinstance(loaded.model, OrtModel):
+    """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`.
+    A detector goes through `export/onnx_detect.py` in `layout` (default "decoded")."""
+    if isinstance(loaded.model, OrtModel | OrtDetector):
         raise ExportError(f"{loaded.source} is already an ONNX model")
+    if loaded.config.task == "detect":
+        return export_detection_bytes(loaded, layout or "decoded", tolerance=tolerance)
+    if layout is not None:
+        raise ExportError(
+            f"--layout applies to detectors; {loaded.source} is a {loaded.config.task!r} model"
+        )
     model = as_restoration_model(loaded.model.eval().to("cpu"))
     graph, names = model.export_graph()
     layout = model.stats_layout()
@@ -316,9 +295,12 @@ def export_onnx(
     *,
     parity_sizes: tuple[tuple[int, int], ...] = PARITY_SIZES,
     tolerance: float = TOLERANCE,
+    layout: str | None = None,
 ) -> tuple[Path, ParityResult]:
     """Export to `out` atomically, only after the parity check passed."""
-    data, result = export_onnx_bytes(loaded, parity_sizes=parity_sizes, tolerance=tolerance)
+    data, result = export_onnx_bytes(
+        loaded, parity_sizes=parity_sizes, tolerance=tolerance, layout=layout
+    )
     target = Path(out)
     atomic_write_bytes(target, data)
     umask = os.umask(0)
@@ -331,7 +313,7 @@ def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:
     """The same model run by ONNX Runtime: exported in memory (with its parity check)."""
     if str(device) != "cpu":
         raise ClearsightError(f"--backend onnxruntime runs on the CPU; got --device {device}")
-    if isinstance(loaded.model, OrtModel):
+    if isinstance(loaded.model, OrtModel | OrtDetector):
         return loaded
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -340,9 +322,11 @@ def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:
     return LoadedModel(model=out.model, config=loaded.config, source=out.source)
 
 
-def default_output(model_ref: str, fmt: str) -> Path:
+def default_output(model_ref: str, fmt: str, layout: str | None = None) -> Path:
+    """MODEL.onnx, or MODEL-astar.onnx for the contest layout."""
     stem = Path(model_ref).stem if Path(model_ref).suffix else Path(model_ref).name
-    return Path(f"{stem or 'model'}.{fmt}")
+    tail = f"-{layout}" if layout not in (None, "decoded") else ""
+    return Path(f"{stem or 'model'}{tail}.{fmt}")
 
 
 def check_format(fmt: str) -> str:
@@ -361,4 +345,7 @@ def describe(result: ParityResult) -> dict[str, Any]:
     }
     if result.shared_stats_diff is not None:
         out["shared_stats_diff"] = result.shared_stats_diff
+    if result.outputs is not None:
+        out["outputs"] = result.outputs
+        out["detections"] = result.detections
     return out
