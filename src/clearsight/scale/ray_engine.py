@@ -8,8 +8,8 @@ bytes: each output ends up written once and whole. A file that cannot be read, r
 or written becomes a row of `failures.csv` and never stops the run.
 
 What a worker does with a batch is a `WorkerTask`: `load()` runs once per worker and
-returns the per-batch callable. `RestoreTask` restores; a detector plugs in as another
-task whose callable returns the same `ItemResult` rows (see docs/scale.md).
+returns the per-batch callable. `RestoreTask` restores; `scale.detect_ray.DetectTask`
+detects and records each batch as a shard of the results (docs/scale.md).
 """
 
 from __future__ import annotations
