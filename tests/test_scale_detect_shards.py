@@ -103,6 +103,8 @@ def test_shards_merge_into_the_local_results_and_a_rerun_keeps_them(in_process, 
     assert drawn_files(out) == drawn_files(reference)  # byte for byte, same names
     assert sorted_results(out / "detections.json") == sorted_results(reference / "detections.json")
     assert summary.detections == len(json.loads((reference / "detections.json").read_text())) > 4
+    # in fact in the same order too: the plan's, each image's detections best first
+    assert (out / "detections.json").read_bytes() == (reference / "detections.json").read_bytes()
     # one results file and one list of images per batch that drew anything
     shards = out / SHARDS_DIR
     lists = sorted(shards.glob(f"*{COVERAGE_SUFFIX}"))
