@@ -9,11 +9,7 @@ One Ray for the module; the bundled detector on a few small images.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +20,7 @@ from typer.testing import CliRunner
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
 
 from clearsight.cli import app  # noqa: E402
-from clearsight.detection.detector import Detector, image_ids  # noqa: E402
+from clearsight.detection.detector import image_ids  # noqa: E402
 from clearsight.scale.detect_ray import (  # noqa: E402
     COVERAGE_SUFFIX,
     SHARDS_DIR,
@@ -32,12 +28,15 @@ from clearsight.scale.detect_ray import (  # noqa: E402
     ShardIndex,
     detect_files_ray,
 )
-from clearsight.scale.inputs import WorkItem, plan_inputs  # noqa: E402
-from clearsight.scale.ray_engine import BatchFn, ItemResult, run_plan_ray  # noqa: E402
-from tests.test_scale_detect_shards import (  # noqa: E402
+from clearsight.scale.inputs import plan_inputs  # noqa: E402
+from clearsight.scale.ray_engine import BatchFn, run_plan_ray  # noqa: E402
+from tests import scale_utils  # noqa: E402
+from tests.scale_utils import (  # noqa: E402  # noqa: E402
     BAD,
     drawn_files,
     make_detect_inputs,
+    run_killing_a_worker,
+    slow_recorded,
     sorted_results,
 )
 
@@ -47,20 +46,16 @@ N_GOOD = 6
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # the test's slow task below travels to the workers by value (tests/ is not importable)
+    # the test's slow task travels to the workers by value (tests/ is not importable)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(scale_utils)
     yield
     ray.shutdown()
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """(good, mixed, reference): the inputs and what the local engine writes for `mixed`."""
-    root = tmp_path_factory.mktemp("detect_ray")
-    good, mixed = make_detect_inputs(root)
-    reference = root / "reference"
-    Detector.from_pretrained("default-detect").detect_files([mixed], reference)
-    return good, mixed, reference
+    return make_detect_inputs(tmp_path_factory.mktemp("detect_ray"))
 
 
 def _assert_matches_reference(out: Path, reference: Path) -> None:
@@ -98,52 +93,27 @@ class SlowRecordedDetect(DetectTask):
     pid_dir: str = ""
 
     def load(self) -> BatchFn:
-        run = super().load()
-        Path(self.pid_dir, str(os.getpid())).touch()
-
-        def slow(items: list[WorkItem]) -> list[ItemResult]:
-            time.sleep(0.5 * len(items))
-            return run(items)
-
-        return slow
+        return slow_recorded(super().load(), self.pid_dir, 0.5)
 
 
 def test_a_killed_worker_is_replaced_and_its_images_redone(local_ray, inputs, tmp_path):
     good, mixed, reference = inputs
     out, pid_dir = tmp_path / "out", tmp_path / "pids"
     pid_dir.mkdir()
-    # detect_files_ray's steps with the slow task (plan, number, run); a rerun then merges
+    # detect_files_ray's steps with the slow task: plan, number, run, merge
     plan = plan_inputs([mixed], out)
     stems = [Path(i.source).stem for i in plan]
     ids = dict(zip((i.source for i in plan), image_ids(stems), strict=True))
     task = SlowRecordedDetect("default-detect", str(out), ids, pid_dir=str(pid_dir))
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            outcome["summary"] = run_plan_ray(
-                task, plan, [], out, workers=2, batch_size=2, threads=torch.get_num_threads()
-            )
-        except BaseException as exc:  # surfaced by the assertions below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 120
-    victim = None
-    while victim is None and time.monotonic() < deadline and thread.is_alive():
-        # kill a worker once work is under way: it holds a batch, or is about to
-        pids = sorted(pid_dir.iterdir())
-        if pids and any(out.rglob("*.*g")):
-            victim = int(pids[0].name)
-            os.kill(victim, signal.SIGKILL)
-        time.sleep(0.05)
-    thread.join(timeout=180)
-    assert not thread.is_alive(), "the Ray run did not finish"
-    assert "error" not in outcome, outcome.get("error")
-    assert victim is not None, "no worker was killed: the run ended before"
-    summary = outcome["summary"]
-    sources = [r.source for r in summary.done]  # type: ignore[attr-defined]
+    threads = torch.get_num_threads()
+    summary, _ = run_killing_a_worker(
+        lambda: run_plan_ray(task, plan, [], out, workers=2, batch_size=2, threads=threads),
+        pid_dir,
+        out,
+        kill_within=120,
+        finish_within=180,
+    )
+    sources = [r.source for r in summary.done]
     assert len(sources) == len(set(sources)) == N_GOOD  # each good image once
     # every image is drawn and recorded once: the merged shards are the local results
     index = ShardIndex.read(out)

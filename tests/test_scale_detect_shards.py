@@ -7,10 +7,8 @@ its drawn copies and its shard, and `overwrite` are checked in seconds (docs/sca
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from clearsight.detection.detector import Detector
@@ -22,55 +20,12 @@ from clearsight.scale.detect_ray import (
     SHARDS_DIR,
     detect_files_ray,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-BAD = {"broken.png": b"\x89PNG\r\n\x1a\n truncated", "sub/text.jpg": b"not a jpeg at all"}
-
-
-def make_detect_inputs(root: Path) -> tuple[Path, Path]:
-    """(good, mixed): nested crops and flips of the example photo (cups and a table), a
-    plain grey image without detections, and the same plus two unreadable files."""
-    photo = read_image(REPO_ROOT / "examples" / "coffee.jpg")
-    views = {
-        "whole.jpg": photo,
-        "sub/left.png": photo[:, :320],
-        "sub/right.jpg": photo[:, 280:],
-        "sub/deep/flipped.png": photo[:, ::-1],
-        "sub/deep/grey.png": np.full((48, 64, 3), 128, np.uint8),
-        "top.png": photo[:220],
-    }
-    good = root / "good"
-    for rel, img in views.items():
-        write_image(good / rel, np.ascontiguousarray(img))
-    mixed = root / "mixed"
-    shutil.copytree(good, mixed)
-    for rel, data in BAD.items():
-        (mixed / rel).write_bytes(data)
-    return good, mixed
-
-
-def sorted_results(path: Path) -> list[dict]:
-    return sorted(json.loads(path.read_text()), key=lambda r: json.dumps(r, sort_keys=True))
-
-
-def drawn_files(folder: Path) -> dict[str, bytes]:
-    """Every file under `folder` but the run's lists: the drawn copies, by relative path."""
-    skip = {"detections.json", "failures.csv"}
-    return {
-        p.relative_to(folder).as_posix(): p.read_bytes()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name not in skip and SHARDS_DIR not in p.parts
-    }
+from tests.scale_utils import BAD, REPO_ROOT, drawn_files, make_detect_inputs, sorted_results
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """(good, mixed, reference): the inputs and what the local engine writes for `mixed`."""
-    root = tmp_path_factory.mktemp("detect")
-    good, mixed = make_detect_inputs(root)
-    reference = root / "reference"
-    Detector.from_pretrained("default-detect").detect_files([mixed], reference)
-    return good, mixed, reference
+    return make_detect_inputs(tmp_path_factory.mktemp("detect"))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from clearsight.cli._options import (
     SkipExistingOpt,
     WorkersOpt,
 )
-from clearsight.cli.restore import use_ray
+from clearsight.cli.restore import finish_ray, run_on_ray, use_ray
 from clearsight.errors import OptionError
 
 DEFAULT_DETECT = "default-detect"
@@ -98,23 +98,10 @@ def _detect_on_ray(inputs: list[str], out: Path, model: str, **kw: object) -> No
     Ray runs resume (skip images drawn and recorded) unless --overwrite is given."""
     from clearsight.scale.detect_ray import detect_files_ray
 
-    with progress() as bar:
-        task = bar.add_task("detecting", total=None)
-
-        def on_result(r: object) -> None:
-            bar.advance(task)
-            if getattr(r, "status", "") != "done":
-                err_console.print(f"failed: {getattr(r, 'reason', '')}", highlight=False)
-
-        summary = detect_files_ray(
-            inputs,
-            out,
-            model,
-            on_start=lambda todo, _skipped: bar.update(task, total=todo),
-            on_result=on_result,
-            **kw,  # type: ignore[arg-type]
-        )
-    console.print(f"{summary.line()}; {summary.detections} detection(s) in {summary.results_path}")
-    if summary.failures_csv is not None:
-        console.print(f"failures listed in {summary.failures_csv}")
-        raise typer.Exit(code=EXIT_SOME_FAILED)
+    summary = run_on_ray(
+        "detecting",
+        lambda **callbacks: detect_files_ray(inputs, out, model, **kw, **callbacks),  # type: ignore[arg-type]
+    )
+    finish_ray(
+        summary, f"{summary.line()}; {summary.detections} detection(s) in {summary.results_path}"
+    )
