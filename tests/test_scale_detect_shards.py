@@ -108,6 +108,34 @@ def test_overwrite_redoes_everything_and_records_each_image_once(in_process, inp
     assert sorted_results(out / "detections.json") == sorted_results(reference / "detections.json")
 
 
+def _shards(out: Path) -> dict[str, tuple[list[dict], list[dict]]]:
+    """{key: (results, listed images)} of every shard under `out`."""
+    folder = out / SHARDS_DIR
+    return {
+        p.name[: -len(COVERAGE_SUFFIX)]: (
+            json.loads(p.with_name(p.name.replace(COVERAGE_SUFFIX, ".json")).read_text()),
+            json.loads(p.read_text()),
+        )
+        for p in folder.glob(f"*{COVERAGE_SUFFIX}")
+    }
+
+
+def test_an_image_whose_drawing_was_deleted_leaves_its_shard_and_is_redone(
+    in_process, inputs, tmp_path
+):
+    good, mixed, reference = inputs
+    out = tmp_path / "out"
+    detect_files_ray([mixed], out, batch_size=4)
+    (out / "whole.jpg").unlink()  # shares a shard with other images
+    rerun = detect_files_ray([mixed], out, batch_size=4)
+    assert [Path(r.output).name for r in rerun.done] == ["whole.jpg"]
+    listed = [c["output"] for _, covered in _shards(out).values() for c in covered]
+    assert sorted(listed) == sorted(drawn_files(good))  # whole.jpg once, in its new shard
+    for results, covered in _shards(out).values():  # each shard holds only what it lists
+        assert {r["image_id"] for r in results} <= {c["image_id"] for c in covered}
+    assert (out / "detections.json").read_bytes() == (reference / "detections.json").read_bytes()
+
+
 def test_image_ids_follow_the_whole_run_on_a_rerun_with_more_inputs(in_process, tmp_path):
     """Positional ids (non-numeric names) shift when inputs are added; the merged file
     numbers every image as the local engine would for the new run."""

@@ -174,19 +174,23 @@ class ShardIndex:
                 path.unlink(missing_ok=True)
 
     def forget(self, outputs: set[str]) -> None:
-        """Take `outputs` out of every shard's list (rewritten atomically; a shard left
-        covering nothing is removed), before they are detected again."""
+        """Take `outputs` out of every shard (rewritten atomically; a shard left covering
+        nothing is removed), before they are detected again. The list goes first: should
+        the results' rewrite not happen, their stale entries belong to no listed image."""
         for key, covered in list(self.lists.items()):
             kept = [c for c in covered if c["output"] not in outputs]
             if len(kept) == len(covered):
                 continue
-            coverage = self.folder / f"{key}{COVERAGE_SUFFIX}"
+            coverage, results = self.folder / f"{key}{COVERAGE_SUFFIX}", self.folder / f"{key}.json"
             if kept:
                 atomic_write_text(coverage, json.dumps(kept, indent=1) + "\n")
                 self.lists[key] = kept
+                ids = {int(c["image_id"]) for c in kept}
+                entries = [e for e in _read_json(results) if int(e["image_id"]) in ids]
+                atomic_write_text(results, json.dumps(entries, indent=1) + "\n")
             else:
                 coverage.unlink(missing_ok=True)
-                (self.folder / f"{key}.json").unlink(missing_ok=True)
+                results.unlink(missing_ok=True)
                 del self.lists[key]
         for rel in outputs:
             self.covers.pop(rel, None)
