@@ -2,7 +2,7 @@
 
     python benchmarks/scale_throughput.py [--count 200] [--size 32] [--model default-demoire]
                                           [--workers 1 2] [--batch-size 8] [--threads T]
-                                          [--json FILE]
+                                          [--task restore|detect] [--json FILE]
 
 The same `count` synthetic RGB images (size x size PNGs, nested in two folders) go through
 `clearsight.restore_files` (the local engine: this process, torch's default threads) and
@@ -16,7 +16,9 @@ worker gets an equal share of the CPUs (one worker: all of them, as the local en
 each engine's own default, the CPUs of the machine). The load average is printed because
 the CPU may be shared: on a busy machine, threads that wait for each other can make a
 multi-threaded run of small images many times slower than a single-threaded one, so compare
-engines at the same `--threads`.
+engines at the same `--threads`. `--task detect` times `detect` instead (the model defaults
+to `default-detect`): drawn copies compared byte for byte and the merged results file against
+the local engine's.
 """
 
 from __future__ import annotations
@@ -59,6 +61,18 @@ def rates(stamps: list[float], start: float, end: float) -> tuple[float, float]:
     return whole, steady
 
 
+def same_results(reference: Path, folder: Path) -> str:
+    """', same detections' when both detections.json hold the same entries (any order)."""
+    if not (reference / "detections.json").is_file():
+        return ""
+
+    def load(p: Path) -> list[str]:
+        return sorted(json.dumps(r, sort_keys=True) for r in json.loads(p.read_text()))
+
+    same = load(reference / "detections.json") == load(folder / "detections.json")
+    return ", same detections" if same else ", DIFFERENT detections"
+
+
 def compare(reference: Path, folder: Path) -> str:
     """Whether `folder` holds the same files as `reference`, byte for byte."""
     from clearsight.io import read_image
@@ -66,7 +80,9 @@ def compare(reference: Path, folder: Path) -> str:
     files = sorted(p.relative_to(folder) for p in folder.rglob("*.png"))
     differ = [f for f in files if (reference / f).read_bytes() != (folder / f).read_bytes()]
     if not differ:
-        return f"{len(files)} outputs identical to the local engine's"
+        return (
+            f"{len(files)} outputs identical to the local engine's{same_results(reference, folder)}"
+        )
     worst = max(
         int(np.abs(read_image(reference / f).astype(int) - read_image(folder / f)).max())
         for f in differ
@@ -76,26 +92,37 @@ def compare(reference: Path, folder: Path) -> str:
     )
 
 
-def run_local(model: str, src: Path, out: Path) -> tuple[float, float, float]:
+def run_local(model: str, src: Path, out: Path, task: str) -> tuple[float, float, float]:
     stamps: list[float] = []
     start = time.perf_counter()
-    restorer = Restorer.from_pretrained(model)
-    restore_files(restorer, [src], out, on_file=lambda _r: stamps.append(time.perf_counter()))
+    if task == "detect":
+        from clearsight.detection.detector import Detector
+
+        detector = Detector.from_pretrained(model)
+        detector.detect_files([src], out, on_image=lambda *_a: stamps.append(time.perf_counter()))
+    else:
+        restorer = Restorer.from_pretrained(model)
+        restore_files(restorer, [src], out, on_file=lambda _r: stamps.append(time.perf_counter()))
     end = time.perf_counter()
     return end - start, *rates(stamps, start, end)
 
 
 def run_ray(
-    model: str, src: Path, out: Path, workers: int, batch_size: int, threads: int | None
+    model: str,
+    src: Path,
+    out: Path,
+    workers: int,
+    batch_size: int,
+    threads: int | None,
+    task: str,
 ) -> tuple[float, float, float]:
+    from clearsight.scale.detect_ray import detect_files_ray
     from clearsight.scale.ray_engine import restore_files_ray
 
     stamps: list[float] = []
     start = time.perf_counter()
-    summary = restore_files_ray(
-        model,
-        [src],
-        out,
+    summary = (detect_files_ray if task == "detect" else restore_files_ray)(
+        *(([src], out, model) if task == "detect" else (model, [src], out)),
         workers=workers,
         batch_size=batch_size,
         threads=threads,
@@ -111,12 +138,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--size", type=int, default=32)
-    ap.add_argument("--model", default="default-demoire")
+    ap.add_argument("--model", default=None, help="default-demoire (restore), default-detect")
+    ap.add_argument("--task", choices=["restore", "detect"], default="restore")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    args.model = args.model or ("default-detect" if args.task == "detect" else "default-demoire")
     if args.threads:
         import torch
 
@@ -132,12 +161,13 @@ def main() -> None:
         import torch
 
         print(
-            f"{args.count} images of {args.size}x{args.size}, model {args.model}, {cpus} CPUs, "
+            f"{args.count} images of {args.size}x{args.size}, {args.task} with {args.model}, "
+            f"{cpus} CPUs, "
             f"torch threads {args.threads or 'default'} ({torch.get_num_threads()} here), "
             f"load average {os.getloadavg()[0]:.1f}"
         )
         runs: list[tuple[str, float, float, float]] = []
-        secs, whole, steady = run_local(args.model, src, work / "local")
+        secs, whole, steady = run_local(args.model, src, work / "local", args.task)
         runs.append(("local engine", secs, whole, steady))
         t0 = time.perf_counter()
         ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
@@ -145,13 +175,13 @@ def main() -> None:
         try:
             for n in args.workers:
                 secs, whole, steady = run_ray(
-                    args.model, src, work / f"ray{n}", n, args.batch_size, args.threads
+                    args.model, src, work / f"ray{n}", n, args.batch_size, args.threads, args.task
                 )
                 runs.append((f"ray, {n} worker{'s' if n > 1 else ''}", secs, whole, steady))
         finally:
             ray.shutdown()
         # the local engine once more, last: how much the machine's load moved meanwhile
-        secs, whole, steady = run_local(args.model, src, work / "local-again")
+        secs, whole, steady = run_local(args.model, src, work / "local-again", args.task)
         runs.append(("local engine, again", secs, whole, steady))
         for name in sorted(os.listdir(work)):
             if name.startswith(("ray", "local-")):
@@ -169,7 +199,7 @@ def main() -> None:
             for i, (name, secs, whole, steady) in enumerate(runs)
         ]
         print_table(
-            "restore throughput (overhead: how much slower than the local engine)",
+            f"{args.task} throughput (overhead: how much slower than the local engine)",
             ["engine", "run s", "images/s", "steady images/s", "overhead", "steady overhead"],
             rows,
         )

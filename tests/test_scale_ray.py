@@ -7,12 +7,8 @@ One Ray for the module; tiny images and the `identity` model keep it near a minu
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,13 +22,9 @@ from clearsight.cli import app  # noqa: E402
 from clearsight.engine.inference import InferenceOptions, Restorer  # noqa: E402
 from clearsight.engine.restore_files import restore_files  # noqa: E402
 from clearsight.io import write_image  # noqa: E402
-from clearsight.scale.ray_engine import (  # noqa: E402
-    BatchFn,
-    ItemResult,
-    RestoreTask,
-    WorkItem,
-    restore_files_ray,
-)
+from clearsight.scale.ray_engine import BatchFn, RestoreTask, restore_files_ray  # noqa: E402
+from tests import scale_utils  # noqa: E402
+from tests.scale_utils import run_killing_a_worker, slow_recorded  # noqa: E402
 
 BAD = {"broken.png": b"\x89PNG\r\n\x1a\n truncated", "sub/text.jpg": b"not a jpeg at all"}
 
@@ -40,8 +32,9 @@ BAD = {"broken.png": b"\x89PNG\r\n\x1a\n truncated", "sub/text.jpg": b"not a jpe
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # the test's slow task below travels to the workers by value (tests/ is not importable)
+    # the test's slow task travels to the workers by value (tests/ is not importable)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(scale_utils)
     yield
     ray.shutdown()
 
@@ -124,14 +117,7 @@ class SlowRecordedTask(RestoreTask):
     pid_dir: str = ""
 
     def load(self) -> BatchFn:
-        run = super().load()
-        Path(self.pid_dir, str(os.getpid())).touch()
-
-        def slow(items: list[WorkItem]) -> list[ItemResult]:
-            time.sleep(0.4 * len(items))
-            return run(items)
-
-        return slow
+        return slow_recorded(super().load(), self.pid_dir, 0.4)
 
 
 def test_a_killed_worker_is_replaced_and_its_images_redone(local_ray, folders, tmp_path):
@@ -141,31 +127,14 @@ def test_a_killed_worker_is_replaced_and_its_images_redone(local_ray, folders, t
     task = SlowRecordedTask("identity", InferenceOptions(), None, str(pid_dir))
     from clearsight.scale.ray_engine import run_files_ray
 
-    outcome: dict[str, object] = {}
-
-    def run() -> None:
-        try:
-            outcome["summary"] = run_files_ray(task, [mixed], out, workers=2, batch_size=2)
-        except BaseException as exc:  # surfaced by the assertions below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 90
-    victim = None
-    while victim is None and time.monotonic() < deadline and thread.is_alive():
-        # kill a worker once work is under way: it holds a batch, or is about to
-        pids = sorted(pid_dir.iterdir())
-        if pids and any(out.rglob("*.*g")):
-            victim = int(pids[0].name)
-            os.kill(victim, signal.SIGKILL)
-        time.sleep(0.05)
-    thread.join(timeout=120)
-    assert not thread.is_alive(), "the Ray run did not finish"
-    assert "error" not in outcome, outcome.get("error")
-    assert victim is not None, "no worker was killed: the run ended before"
-    summary = outcome["summary"]
-    sources = [r.source for r in summary.done]  # type: ignore[attr-defined]
+    summary, _ = run_killing_a_worker(
+        lambda: run_files_ray(task, [mixed], out, workers=2, batch_size=2),
+        pid_dir,
+        out,
+        kill_within=90,
+        finish_within=120,
+    )
+    sources = [r.source for r in summary.done]
     assert len(sources) == len(set(sources)) == len(_files(good))  # each good image once
-    assert len(summary.failed) == 2  # type: ignore[attr-defined]
+    assert len(summary.failed) == 2
     _assert_matches_reference(out, reference)

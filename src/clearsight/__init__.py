@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "restore_files": "clearsight.engine.restore_files",
     "RestoredFile": "clearsight.engine.restore_files",
     "restore_files_ray": "clearsight.scale.ray_engine",
+    "detect_files_ray": "clearsight.scale.detect_ray",
     "load_artifact": "clearsight.artifact",
     "save_artifact": "clearsight.artifact",
     "read_image": "clearsight.io",
@@ -49,6 +50,7 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
     "restore_files",
     "RestoredFile",
     "restore_files_ray",
+    "detect_files_ray",
     "load_artifact",
     "save_artifact",
     "read_image",
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from clearsight.engine.restore_files import RestoredFile, restore_files
     from clearsight.errors import ClearsightError, OptionError
     from clearsight.io import read_image, write_image
+    from clearsight.scale.detect_ray import detect_files_ray
     from clearsight.scale.ray_engine import restore_files_ray
 
 

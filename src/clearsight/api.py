@@ -35,21 +35,9 @@ def load_model(ref: str | os.PathLike[str], device: str = "cpu", seed: int = 0) 
 def model_task(ref: str | os.PathLike[str]) -> str:
     """The task ("derain", "demoire", "detect", ...) of `ref`, read from its config or the
     registry without loading weights: how commands route a model to the right engine."""
-    from clearsight.artifact import read_config
-    from clearsight.models.registry import get_spec
-    from clearsight.zoo import bundled_models
+    from clearsight.zoo import model_task as task_of
 
-    path, bundled = Path(ref), bundled_models()
-    if path.suffix.lower() == ".onnx" and path.is_file():
-        return load_model(ref).config.task
-    if path.exists():
-        return read_config(path).task
-    if str(ref) in bundled:
-        return read_config(bundled[str(ref)]).task
-    try:
-        return get_spec(str(ref)).task
-    except ClearsightError:
-        return load_model(ref).config.task  # raises the one-line "unknown model" error
+    return task_of(str(ref))
 
 
 def evaluate_detection(

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from clearsight.artifact import LoadedModel, load_artifact, make_config
-from clearsight.errors import UnknownNameError
+from clearsight.artifact import LoadedModel, load_artifact, make_config, read_config
+from clearsight.errors import ClearsightError, UnknownNameError
 from clearsight.models.registry import build_model, get_spec, list_specs
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "models"
@@ -31,6 +31,22 @@ def bundled_models() -> dict[str, Path]:
 
 def known_model_names() -> list[str]:
     return sorted(bundled_models()) + [s.name for s in list_specs()]
+
+
+def model_task(ref: str) -> str:
+    """The task ("derain", "demoire", "detect", ...) of `ref`, read from its config or the
+    registry without loading weights (an exported `.onnx` file is opened, as it must be)."""
+    path, bundled = Path(ref), bundled_models()
+    if path.suffix.lower() == ".onnx" and path.is_file():
+        return resolve_model(ref).config.task
+    if path.exists():
+        return read_config(path).task
+    if ref in bundled:
+        return read_config(bundled[ref]).task
+    try:
+        return get_spec(ref).task
+    except ClearsightError:
+        return resolve_model(ref).config.task  # raises the one-line "unknown model" error
 
 
 def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:

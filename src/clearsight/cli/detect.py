@@ -1,4 +1,4 @@
-"""`clearsight detect`: `Detector.detect_files` with a progress bar."""
+"""`clearsight detect`: `Detector.detect_files` (or `detect_files_ray`) with a progress bar."""
 
 from __future__ import annotations
 
@@ -8,7 +8,17 @@ from typing import Annotated
 import typer
 
 from clearsight.cli._app import EXIT_SOME_FAILED, app, console, err_console, friendly, progress
-from clearsight.cli._options import DeviceOpt, FailFastOpt
+from clearsight.cli._options import (
+    AddressOpt,
+    BatchSizeOpt,
+    DeviceOpt,
+    EngineOpt,
+    FailFastOpt,
+    SkipExistingOpt,
+    WorkersOpt,
+)
+from clearsight.cli.restore import finish_ray, run_on_ray, use_ray
+from clearsight.errors import OptionError
 
 DEFAULT_DETECT = "default-detect"
 
@@ -16,7 +26,12 @@ DEFAULT_DETECT = "default-detect"
 @app.command("detect")
 @friendly
 def detect_cmd(
-    inputs: Annotated[list[Path], typer.Argument(help="Image files or folders.")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(
+            help="Image files or folders; with --engine ray also globs, manifests, URIs."
+        ),
+    ],
     model: Annotated[
         str, typer.Option("--model", "-m", help="Detection artifact, bundled name or .onnx.")
     ] = DEFAULT_DETECT,
@@ -26,9 +41,29 @@ def detect_cmd(
     ] = 0.3,
     device: DeviceOpt = "cpu",
     fail_fast: FailFastOpt = False,
+    skip_existing: SkipExistingOpt = None,
+    engine: EngineOpt = "local",
+    address: AddressOpt = None,
+    workers: WorkersOpt = 1,
+    batch_size: BatchSizeOpt = 8,
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
+    if use_ray(engine):
+        _detect_on_ray(
+            inputs,
+            out,
+            model,
+            score_threshold=score_threshold,
+            device=device,
+            overwrite=skip_existing is False,
+            address=address,
+            workers=workers,
+            batch_size=batch_size,
+        )
+        return
+    if skip_existing:
+        raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     from clearsight.detection.detector import Detector
 
     detector = Detector.from_pretrained(model, device=device)
@@ -44,7 +79,7 @@ def detect_cmd(
             err_console.print(f"failed: {f.source}: {f.reason}", highlight=False)  # type: ignore[attr-defined]
 
         run = detector.detect_files(
-            inputs,
+            [Path(p) for p in inputs],
             out,
             score_threshold=score_threshold,
             on_image=on_image,
@@ -56,3 +91,17 @@ def detect_cmd(
     if run.failed:
         err_console.print(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}")
         raise typer.Exit(code=EXIT_SOME_FAILED)
+
+
+def _detect_on_ray(inputs: list[str], out: Path, model: str, **kw: object) -> None:
+    """`detect_files_ray` with a bar; prints the summary, exits 3 when an image failed.
+    Ray runs resume (skip images drawn and recorded) unless --overwrite is given."""
+    from clearsight.scale.detect_ray import detect_files_ray
+
+    summary = run_on_ray(
+        "detecting",
+        lambda **callbacks: detect_files_ray(inputs, out, model, **kw, **callbacks),  # type: ignore[arg-type]
+    )
+    finish_ray(
+        summary, f"{summary.line()}; {summary.detections} detection(s) in {summary.results_path}"
+    )

@@ -34,9 +34,19 @@ if TYPE_CHECKING:
     from clearsight.engine.inference import InferenceOptions
 
 
-def _eval_detection(model: str, data: Path, out: Path | None, device: str) -> None:
-    """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON."""
+def _eval_detection(
+    model: str, data: Path, out: Path | None, device: str, report: Path | None, k: int
+) -> None:
+    """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON, and
+    an HTML report with the worst images' boxes drawn (`report/detection.py`)."""
     from clearsight.api import evaluate_detection
+
+    if out is not None:
+        check_output_folder(out, "--out")
+    if report is not None:
+        check_output_file(report, "--report")
+    if k < 1:
+        raise ClearsightError(f"--report-k must be >= 1, got {k}")
 
     with progress() as bar:
         task = bar.add_task(f"eval {data.name}", total=None)
@@ -57,6 +67,16 @@ def _eval_detection(model: str, data: Path, out: Path | None, device: str) -> No
     if out is not None:
         csv_path, json_path = result.write(out)
         console.print(f"wrote {csv_path} and {json_path}")
+    if report is not None:
+        from clearsight.api import load_model
+        from clearsight.data.coco import load_coco
+        from clearsight.detection.evaluate import find_coco_set
+        from clearsight.report.detection import render_detection_report
+        from clearsight.report.html import model_card, write_report
+
+        dataset = load_coco(*find_coco_set(data))
+        page = render_detection_report(result, dataset, card=model_card(load_model(model)), k=k)
+        console.print(f"wrote report {write_report(report, page)}", highlight=False)
 
 
 def _pct(v: float | None) -> str:
@@ -113,7 +133,7 @@ def eval_cmd(
     from clearsight.api import evaluate, model_task
 
     if model_task(model) == "detect":
-        _eval_detection(model, data, out, device)
+        _eval_detection(model, data, out, device, report, report_k)
         return
 
     if out is not None:

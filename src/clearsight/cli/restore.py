@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -38,6 +39,9 @@ from clearsight.errors import ClearsightError, OptionError
 if TYPE_CHECKING:
     from clearsight.engine.inference import Restorer
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
+    from clearsight.scale.ray_engine import ScaleSummary
+
+Summary = TypeVar("Summary", bound="ScaleSummary")
 
 DEFAULT_DERAIN = "default-derain"
 DEFAULT_DEMOIRE = "default-demoire"
@@ -105,15 +109,9 @@ def restore_on_ray(
     from clearsight.scale.ray_engine import restore_files_ray
 
     opts = InferenceOptions(**options)  # type: ignore[arg-type]
-    with progress() as bar:
-        task = bar.add_task(what, total=None)
-
-        def on_result(r: object) -> None:
-            bar.advance(task)
-            if getattr(r, "status", "") != "done":
-                err_console.print(f"failed: {getattr(r, 'reason', '')}", highlight=False)
-
-        summary = restore_files_ray(
+    summary = run_on_ray(
+        what,
+        lambda **callbacks: restore_files_ray(
             model,
             inputs,
             out,
@@ -123,10 +121,31 @@ def restore_on_ray(
             max_pixels=max_pixels,
             options=opts,
             overwrite=skip_existing is False,
-            on_start=lambda todo, _skipped: bar.update(task, total=todo),
-            on_result=on_result,
+            **callbacks,
+        ),
+    )
+    finish_ray(summary, f"{summary.line()} into {out}")
+
+
+def run_on_ray(what: str, start: Callable[..., Summary]) -> Summary:
+    """`start(on_start=..., on_result=...)` (a `*_files_ray` call) under a progress bar,
+    printing each failed image as it comes back."""
+    with progress() as bar:
+        task = bar.add_task(what, total=None)
+
+        def on_result(r: object) -> None:
+            bar.advance(task)
+            if getattr(r, "status", "") != "done":
+                err_console.print(f"failed: {getattr(r, 'reason', '')}", highlight=False)
+
+        return start(
+            on_start=lambda todo, _skipped: bar.update(task, total=todo), on_result=on_result
         )
-    console.print(f"{summary.line()} into {out}")
+
+
+def finish_ray(summary: ScaleSummary, line: str) -> None:
+    """Print a Ray run's last line; exit 3 (some inputs failed) when failures.csv lists any."""
+    console.print(line)
     if summary.failures_csv is not None:
         console.print(f"failures listed in {summary.failures_csv}")
         raise typer.Exit(code=EXIT_SOME_FAILED)

@@ -32,7 +32,14 @@ from clearsight.io import read_image, write_image
 if TYPE_CHECKING:
     from clearsight.engine.restore_files import FailedFile
 
-__all__ = ["DEFAULT_DETECT_MODEL", "RESULTS_FILE", "DetectRun", "Detections", "Detector"]
+__all__ = [
+    "DEFAULT_DETECT_MODEL",
+    "RESULTS_FILE",
+    "DetectRun",
+    "Detections",
+    "Detector",
+    "image_ids",
+]
 
 DEFAULT_DETECT_MODEL = "default-detect"
 RESULTS_FILE = "detections.json"
@@ -181,6 +188,21 @@ class Detector:
         drawn = draw_bounding_boxes(img, dets.boxes, labels=texts, colors=colours, width=width)
         return np.ascontiguousarray(drawn.permute(1, 2, 0).numpy())
 
+    def detect_file(
+        self,
+        src: str | os.PathLike[str],
+        dst: str | os.PathLike[str],
+        score_threshold: float = DEFAULT_SCORE_THRESHOLD,
+        iou_threshold: float | None = None,
+        max_detections: int = 100,
+    ) -> Detections:
+        """Detect in the image at `src` and write its drawn copy to `dst` (atomically): one
+        file's work, the same in `detect_files` and in a Ray worker (docs/scale.md)."""
+        img = read_image(src)
+        dets = self.detect_batch([img], score_threshold, iou_threshold, max_detections)[0]
+        write_image(dst, self.draw(img, dets))
+        return dets
+
     def detect_files(
         self,
         inputs: Sequence[str | os.PathLike[str]],
@@ -218,9 +240,7 @@ class Detector:
         results: list[dict[str, Any]] = []
         for src, dst in plan:
             try:
-                img = read_image(src)
-                dets = self.detect_batch([img], score_threshold, iou_threshold, max_detections)[0]
-                write_image(dst, self.draw(img, dets))
+                dets = self.detect_file(src, dst, score_threshold, iou_threshold, max_detections)
             except Exception as exc:
                 if fail_fast:
                     raise
@@ -239,10 +259,16 @@ class Detector:
 
 
 def _image_ids(paths: Sequence[Path]) -> dict[str, int]:
-    stems = [p.stem for p in paths]
+    return dict(zip(map(str, paths), image_ids([p.stem for p in paths]), strict=True))
+
+
+def image_ids(stems: Sequence[str]) -> list[int]:
+    """The COCO image id of each file of a run, from its stem: the numbers themselves when
+    every stem is a distinct number (as COCO's file names are), else positions 0..N-1.
+    Both engines number a run's files with this, so their results files agree."""
     if all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems):
-        return {str(p): int(p.stem) for p in paths}
-    return {str(p): i for i, p in enumerate(paths)}
+        return [int(s) for s in stems]
+    return list(range(len(stems)))
 
 
 def _colour(label: int) -> tuple[int, int, int]:

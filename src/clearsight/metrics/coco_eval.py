@@ -150,12 +150,17 @@ def _xywh_to_xyxy(b: Sequence[Sequence[float]]) -> torch.Tensor:
     return torch.cat([t[:, :2], t[:, :2] + t[:, 2:]], dim=1)
 
 
+PER_IMAGE_SCORE_THRESHOLD = 0.3
+"""Detections counted in `image_rows` (per_image.csv): those a user would be shown."""
+PER_IMAGE_IOU = 0.5
+
+
 def image_rows(
     gt: dict[str, Any],
     detections: Sequence[dict[str, Any]],
     *,
-    score_threshold: float = 0.3,
-    iou_threshold: float = 0.5,
+    score_threshold: float = PER_IMAGE_SCORE_THRESHOLD,
+    iou_threshold: float = PER_IMAGE_IOU,
 ) -> list[dict[str, Any]]:
     """Per image: file name, ground-truth boxes (crowd excluded), detections at or above
     `score_threshold`, matches at `iou_threshold`, false positives and misses."""

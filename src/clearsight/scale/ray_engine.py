@@ -8,8 +8,8 @@ bytes: each output ends up written once and whole. A file that cannot be read, r
 or written becomes a row of `failures.csv` and never stops the run.
 
 What a worker does with a batch is a `WorkerTask`: `load()` runs once per worker and
-returns the per-batch callable. `RestoreTask` restores; a detector plugs in as another
-task whose callable returns the same `ItemResult` rows (see docs/scale.md).
+returns the per-batch callable. `RestoreTask` restores; `scale.detect_ray.DetectTask`
+detects and records each batch as a shard of the results (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -269,6 +269,38 @@ def run_files_ray(
     plan = plan_inputs(inputs, out_dir)
     # an output that exists is complete: outputs appear only by an atomic rename
     skipped = [] if overwrite else [i for i in plan if os.path.exists(i.output)]
+    return run_plan_ray(
+        task,
+        plan,
+        skipped,
+        out_dir,
+        workers=workers,
+        batch_size=batch_size,
+        address=address,
+        device=device,
+        threads=threads,
+        on_start=on_start,
+        on_result=on_result,
+    )
+
+
+def run_plan_ray(
+    task: WorkerTask,
+    plan: Sequence[WorkItem],
+    skipped: Sequence[WorkItem],
+    out_dir: Path,
+    *,
+    workers: int = 1,
+    batch_size: int = 8,
+    address: str | None = None,
+    device: str = "cpu",
+    threads: int | None = None,
+    on_start: Callable[[int, int], None] | None = None,
+    on_result: Callable[[ItemResult], None] | None = None,
+) -> ScaleSummary:
+    """Run `task` on the items of `plan` not in `skipped` (the caller decides what is
+    finished), then sweep temporaries and write `failures.csv`."""
+    _check_counts(workers, batch_size)
     done_already = {i.output for i in skipped}
     todo = [i for i in plan if i.output not in done_already]
     if on_start is not None:
@@ -308,7 +340,7 @@ def run_files_ray(
     if failed or todo:  # a rerun with nothing to do keeps the list it found
         listed = [FailedFile(Path(r.source), Path(r.output), r.reason) for r in failed]
         failures_csv = update_failures_csv(out_dir, listed)
-    return ScaleSummary(done, skipped, failed, seconds, failures_csv)
+    return ScaleSummary(list(done), list(skipped), failed, seconds, failures_csv)
 
 
 def restore_files_ray(
