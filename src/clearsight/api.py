@@ -268,9 +268,15 @@ def prune(
     import json
 
     from clearsight.atomic import atomic_write_text
-    from clearsight.compress.prune import default_report_path, prune_model, save_pruned
+    from clearsight.compress.prune import (
+        check_request,
+        default_report_path,
+        prune_model,
+        save_pruned,
+    )
     from clearsight.out_paths import check_output_file
 
+    check_request(ratio, target_macs, importance)
     target = Path(out)
     if target.suffix == ".safetensors":
         check_output_file(target, "prune output")

@@ -134,7 +134,7 @@ def _importance(name: str) -> Any:
         return tp.importance.GroupMagnitudeImportance(p=2)
     if name == "taylor":  # |w * dL/dw| over the group, from `_proxy_loss`'s gradients
         return tp.importance.GroupTaylorImportance()
-    raise OptionError(f"--importance: unknown {name!r}; options: {', '.join(IMPORTANCES)}")
+    raise AssertionError(name)  # check_request refused it
 
 
 def _example(model: nn.Module, seed: int) -> torch.Tensor:
@@ -159,19 +159,30 @@ def _proxy_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return sum((t.float() ** 2).mean() for t in _outputs(model(x)))  # type: ignore[return-value]
 
 
-def resolve_target(before_macs: float, ratio: float | None, target_macs: float | None) -> float:
-    """The MACs to reach: `before * (1 - ratio)` or `target_macs`; exactly one is given."""
+def check_request(ratio: float | None, target_macs: float | None, importance: str) -> None:
+    """Refuse a bad request before any work: exactly one of `ratio` (in (0, 1)) and a
+    positive `target_macs`, and a known importance."""
     if (ratio is None) == (target_macs is None):
-        raise OptionError("give exactly one of --ratio and --target-macs")
+        raise OptionError("ratio", "give exactly one of --ratio and --target-macs")
+    if ratio is not None and not 0.0 < ratio < 1.0:
+        raise OptionError("ratio", f"the share of MACs to remove, in (0, 1); got {ratio}")
+    if target_macs is not None and not target_macs > 0.0:
+        raise OptionError("target_macs", f"the MACs to keep, > 0; got {target_macs}")
+    if importance not in IMPORTANCES:
+        raise OptionError(
+            "importance", f"unknown {importance!r}; options: {', '.join(IMPORTANCES)}"
+        )
+
+
+def resolve_target(before_macs: float, ratio: float | None, target_macs: float | None) -> float:
+    """The MACs to reach: `before * (1 - ratio)` or `target_macs` (`check_request` passed)."""
     if ratio is not None:
-        if not 0.0 < ratio < 1.0:
-            raise OptionError(f"--ratio: the share of MACs to remove, in (0, 1); got {ratio}")
         return before_macs * (1.0 - ratio)
     assert target_macs is not None
-    if not 0.0 < target_macs < before_macs:
+    if not target_macs < before_macs:
         raise OptionError(
-            f"--target-macs: the MACs to keep, in (0, {before_macs:.6g}) for this model; "
-            f"got {target_macs}"
+            "target_macs",
+            f"the MACs to keep, in (0, {before_macs:.6g}) for this model; got {target_macs}",
         )
     return target_macs
 
@@ -192,7 +203,8 @@ def prune_model(
     (per pixel for restoration, contest MAdds in millions for detection). Exactly one is
     given. `progress(step, macs)` is called after each step.
     """
-    imp = _importance(importance)  # before the work: a bad name fails at once
+    check_request(ratio, target_macs, importance)
+    imp = _importance(importance)
     protected = model.prune_protected() if hasattr(model, "prune_protected") else None
     if protected is None:
         raise PruneError(
