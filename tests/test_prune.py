@@ -229,3 +229,15 @@ def test_cli_prints_the_table_and_writes_the_json(tmp_path) -> None:
     )
     assert bad.exit_code == 1 and "--importance: unknown 'x'" in bad.output
     assert not Path("q").exists()
+
+
+@pytest.mark.parametrize("importance", ["taylor", "group"])
+def test_every_importance_reaches_a_target_in_macs(importance) -> None:
+    torch.manual_seed(0)
+    model = build_model("rescan", **TINY["rescan"]).eval()
+    before = measure_macs(model)[0]
+    result = prune_model(model, target_macs=0.7 * before, importance=importance)
+    assert result.after.macs == pytest.approx(measure_macs(model)[0])
+    assert result.after.macs <= 0.7 * before
+    with torch.no_grad():
+        assert model(_input(model))[-1].shape == (1, 3, 32, 40)

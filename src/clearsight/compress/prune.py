@@ -125,8 +125,19 @@ def default_report_path(out: str | Path) -> Path:
     return p.parent / f"{stem}.prune.json"
 
 
+def _torch_pruning() -> Any:
+    try:
+        import torch_pruning
+    except ImportError:
+        raise PruneError(
+            "pruning needs Torch-Pruning: pip install 'clearsight[compress]' "
+            "(pruned artifacts load without it)"
+        ) from None
+    return torch_pruning
+
+
 def _importance(name: str) -> Any:
-    import torch_pruning as tp
+    tp = _torch_pruning()
 
     if name == "l1":  # each layer's own filters, L1 (Li et al. 2017)
         return tp.importance.MagnitudeImportance(p=1, group_reduction="first")
@@ -257,7 +268,7 @@ def _prune_round(
 ) -> None:
     """Remove `share` of every prunable group's channels, ranked by `imp` (one Torch-Pruning
     step on a freshly traced graph, so each round sees the current widths)."""
-    import torch_pruning as tp
+    tp = _torch_pruning()
 
     with warnings.catch_warnings(), model.prune_tracing():
         # Torch-Pruning warns about parameters outside nn layers (MBCNN's bandpass weights
