@@ -212,7 +212,8 @@ def test_cli_prints_the_table_and_writes_the_json(tmp_path) -> None:
     src = _tiny_artifact("rescan", tmp_path / "src")
     runner = CliRunner()
     res = runner.invoke(
-        app, ["compress", "prune", str(src), "--ratio", "0.5", "-o", str(tmp_path / "p")]
+        app,
+        ["compress", "prune", str(src), "--ratio", "0.5", "-o", str(tmp_path / "p.safetensors")],
     )
     assert res.exit_code == 0, res.output
     for row in ("parameters", "MACs/pixel", "file size"):

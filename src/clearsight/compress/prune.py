@@ -29,6 +29,7 @@ from torch import nn
 
 from clearsight.artifact import LoadedModel, ModelConfig, save_artifact
 from clearsight.errors import ClearsightError, OptionError
+from clearsight.models.contract import DetectionModel, RestorationModel
 from clearsight.models.registry import count_parameters
 
 IMPORTANCES = ("l1", "taylor", "group")
@@ -83,7 +84,7 @@ class PruneResult:
 
 
 def _is_detector(model: nn.Module) -> bool:
-    return getattr(model, "task", None) == "detect"
+    return isinstance(model, DetectionModel)
 
 
 def measure_macs(model: nn.Module) -> tuple[float, str]:
@@ -212,11 +213,14 @@ def prune_model(
 
     `ratio` is the share of MACs to remove (0.5 halves them); `target_macs` the MACs to keep
     (per pixel for restoration, contest MAdds in millions for detection). Exactly one is
-    given. `progress(step, macs)` is called after each step.
+    given. Works in rounds, each on a freshly traced dependency graph, until the recounted
+    MACs are at or below the target; `progress(round, macs)` is called after each. The
+    model is pruned in place (also when a PruneError stops it half-way).
     """
     check_request(ratio, target_macs, importance)
     imp = _importance(importance)
-    protected = model.prune_protected() if hasattr(model, "prune_protected") else None
+    contract = isinstance(model, RestorationModel | DetectionModel)
+    protected = model.prune_protected() if contract else None
     if protected is None:
         raise PruneError(
             f"{type(model).__name__} does not declare prune_protected() in the model contract, "
