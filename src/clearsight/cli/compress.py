@@ -17,7 +17,7 @@ from clearsight.cli._app import app, console, friendly
 
 compress_app = typer.Typer(
     name="compress",
-    help="Compress a model: structured pruning (quantization: see its own command).",
+    help="Compress a model; each command prints a before/after table.",
     no_args_is_help=True,
 )
 app.add_typer(compress_app, name="compress")
@@ -57,8 +57,7 @@ def prune_cmd(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tracing input.")] = 0,
 ) -> None:
-    """Remove whole channels from MODEL until its recounted MACs reach the target; the
-    artifact records its real widths and reloads without the pruning library."""
+    """Remove whole channels from MODEL until its recounted MACs reach the target."""
     from clearsight.api import prune
     from clearsight.compress.prune import default_report_path
 
