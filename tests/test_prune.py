@@ -242,3 +242,13 @@ def test_every_importance_reaches_a_target_in_macs(importance) -> None:
     assert result.after.macs <= 0.7 * before
     with torch.no_grad():
         assert model(_input(model))[-1].shape == (1, 3, 32, 40)
+
+
+def test_a_pruned_artifact_prunes_again_and_reloads(pruned, tmp_path) -> None:
+    _, path, report = pruned["rescan"]
+    twice, result = prune(path, tmp_path / "twice.safetensors", ratio=0.3)
+    assert result.before.macs == pytest.approx(report["after"]["macs"])  # from its real widths
+    reloaded = load_artifact(twice).model
+    assert measure_macs(reloaded)[0] == pytest.approx(result.after.macs)
+    assert result.after.macs <= 0.7 * result.before.macs
+    assert read_config(path).widths != read_config(twice).widths
