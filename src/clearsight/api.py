@@ -15,6 +15,7 @@ from clearsight.errors import ClearsightError
 
 if TYPE_CHECKING:
     from clearsight.artifact import LoadedModel
+    from clearsight.compress.prune import PruneResult
     from clearsight.detection.evaluate import DetectionEvalResult
     from clearsight.engine.compare import Comparison
     from clearsight.engine.evaluate import EvalResult, ImageResult, ImagesHook
@@ -238,3 +239,60 @@ def export_onnx(
     target = check_output_file(out or default_output(str(model), fmt, layout), "export output")
     loaded = load_model(model)
     return export_loaded(loaded, target, layout=layout)
+
+
+def prune(
+    model: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    ratio: float | None = None,
+    target_macs: float | None = None,
+    importance: str = "l1",
+    report_json: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+    progress: Callable[[int, float], None] | None = None,
+) -> tuple[Path, PruneResult]:
+    """Structurally prune `model` (any `load_model` reference) until its recounted MACs drop
+    by `ratio` (0.5 halves them) or reach `target_macs` (per pixel for restoration, contest
+    MAdds in millions for detection), and save it as an artifact at `out` that reloads
+    without the pruning library. The before/after table goes to `report_json` (default:
+    OUT.prune.json beside it). See docs/compress.md."""
+    import json
+
+    from clearsight.atomic import atomic_write_text
+    from clearsight.compress.prune import (
+        check_request,
+        default_report_path,
+        prune_model,
+        save_pruned,
+    )
+    from clearsight.out_paths import check_output_file
+
+    check_request(ratio, target_macs, importance)
+    target = Path(out)
+    if target.suffix == ".safetensors":
+        check_output_file(target, "prune output")
+    else:
+        from clearsight.out_paths import check_output_folder
+
+        check_output_folder(target, "prune output")
+    json_path = check_output_file(report_json or default_report_path(target), "--json")
+    loaded = load_model(model, seed=seed)
+    from clearsight.engine.ort_backend import OrtModel
+
+    if isinstance(loaded.model, OrtModel):
+        raise ClearsightError(f"{model}: an ONNX file cannot be pruned; prune its artifact")
+    src = loaded.source if Path(loaded.source).exists() else None
+    result = prune_model(
+        loaded.model,
+        ratio=ratio,
+        target_macs=target_macs,
+        importance=importance,
+        seed=seed,
+        source=src,
+        progress=progress,
+    )
+    path = save_pruned(loaded, result, target)
+    data = {"model": str(model), "output": str(path), **result.to_dict()}
+    atomic_write_text(json_path, json.dumps(data, indent=2) + "\n")
+    return path, result

@@ -30,6 +30,7 @@ from clearsight._version import __version__
 from clearsight.atomic import atomic_dir, atomic_path
 from clearsight.errors import ArtifactError, ClearsightError
 from clearsight.models.registry import build_model, count_parameters, get_spec
+from clearsight.models.widths import Widths, WidthsError, apply_widths, changed_widths
 from clearsight.preprocess import PreprocessSpec
 
 FORMAT_NAME = "clearsight.model"
@@ -56,6 +57,9 @@ class ModelConfig:
     # the names of those labels, so nothing downstream guesses COCO's sparse ids.
     class_ids: list[int] | None = None
     class_names: list[str] | None = None
+    # Pruned models only: the width attributes (in/out channels, groups, features) of the
+    # modules that differ from the architecture's default build (models/widths.py).
+    widths: Widths = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -75,6 +79,8 @@ class ModelConfig:
             d["class_ids"] = list(self.class_ids)
         if self.class_names is not None:
             d["class_names"] = list(self.class_names)
+        if self.widths:
+            d["widths"] = {k: dict(v) for k, v in self.widths.items()}
         return d
 
     @classmethod
@@ -102,6 +108,7 @@ class ModelConfig:
                 name=d.get("name"),
                 class_ids=_int_list(d.get("class_ids"), "class_ids", source),
                 class_names=_str_list(d.get("class_names"), "class_names", source),
+                widths=_widths(d.get("widths"), source),
             )
         except KeyError as exc:
             raise ArtifactError(f"{source}: missing key {exc.args[0]!r}") from None
@@ -121,6 +128,20 @@ def _str_list(v: Any, key: str, source: str) -> list[str] | None:
     if not isinstance(v, list) or not all(isinstance(i, str) for i in v):
         raise ArtifactError(f"{source}: {key} must be a list of strings")
     return list(v)
+
+
+def _widths(v: Any, source: str) -> Widths:
+    if v is None:
+        return {}
+    ok = isinstance(v, dict) and all(
+        isinstance(k, str)
+        and isinstance(a, dict)
+        and all(isinstance(n, str) and type(w) is int for n, w in a.items())
+        for k, a in v.items()
+    )
+    if not ok:
+        raise ArtifactError(f"{source}: widths must map module names to {{attribute: integer}}")
+    return {k: dict(a) for k, a in v.items()}
 
 
 @dataclass
@@ -176,6 +197,7 @@ def save_artifact(model: nn.Module, path: str | os.PathLike[str], config: ModelC
     target = Path(path)
     config.layer_shapes = {k: list(v.shape) for k, v in model.state_dict().items()}
     config.param_count = count_parameters(model)
+    config.widths = changed_widths(model, _skeleton(config.architecture, config.arch_args))
     cfg_json = json.dumps(config.to_dict(), indent=2, sort_keys=False)
     state = _state_for_saving(model)
     if target.suffix == ".safetensors":
@@ -234,22 +256,43 @@ def _weight_shapes(weights: Path) -> dict[str, list[int]]:
         raise ArtifactError(f"{weights}: cannot read weights ({exc})") from None
 
 
+def _skeleton(architecture: str, arch_args: dict[str, Any]) -> nn.Module:
+    """The architecture's default build on the `meta` device: shapes, no storage."""
+    with torch.device("meta"):
+        return build_model(architecture, **arch_args)
+
+
+def build_from_config(
+    config: ModelConfig, *, source: str = "config", meta: bool = False
+) -> nn.Module:
+    """The module `config` describes, at its real widths: the registry's build, narrowed to
+    the config's `widths` (a pruned model; models/widths.py) with empty tensors of the
+    recorded shapes there, ready for `load_state_dict`. `meta`: shapes only, no storage."""
+    try:
+        if meta:
+            model = _skeleton(config.architecture, config.arch_args)
+        else:
+            model = build_model(config.architecture, **config.arch_args)
+        if config.widths:
+            apply_widths(model, config.widths, config.layer_shapes)
+    except (ClearsightError, WidthsError) as exc:
+        raise ArtifactError(f"{source}: {exc}") from None
+    return model
+
+
 def _expected_shapes(config: ModelConfig, source: str) -> dict[str, list[int]]:
     """The state-dict shapes the config's module would have, without allocating it.
 
     Bounds first, so even the shape-only build stays small; then a build on the `meta`
-    device, whose tensors have shapes but no storage.
+    device, whose tensors have shapes but no storage, narrowed to the config's widths
+    (never wider than the default build).
     """
     problems = get_spec(config.architecture).bound_violations(config.arch_args)
     if problems:
         raise ArtifactError(
             f"{source}: arch_args for {config.architecture!r} out of bounds: " + "; ".join(problems)
         )
-    try:
-        with torch.device("meta"):
-            skeleton = build_model(config.architecture, **config.arch_args)
-    except ClearsightError as exc:
-        raise ArtifactError(f"{source}: {exc}") from None
+    skeleton = build_from_config(config, source=source, meta=True)
     return {k: list(v.shape) for k, v in skeleton.state_dict().items()}
 
 
@@ -291,7 +334,7 @@ def load_artifact(path: str | os.PathLike[str], device: str | torch.device = "cp
         state = load_file(str(weights), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"{weights}: cannot read weights ({exc})") from None
-    model = build_model(config.architecture, **config.arch_args)
+    model = build_from_config(config, source=source)
     model.load_state_dict(state, strict=True)
     model.eval().to(device)
     return LoadedModel(model=model, config=config, source=str(p))

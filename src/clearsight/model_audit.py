@@ -337,7 +337,10 @@ def check_structure(
             for label, items in (("missing", missing), ("unexpected", extra), ("shape", wrong)):
                 if items:
                     problems.append(f"layer shapes vs config, {label}: {_names(items)}")
-        official = _official_count(config.architecture, config.arch_args)
+        # a pruned artifact (narrowed widths) is not the official network by design
+        official = None if config.widths else _official_count(config.architecture, config.arch_args)
+        if config.widths:
+            notes.append(f"pruned: {len(config.widths)} narrowed layers")
         if official is not None:
             if official != n_params:
                 problems.append(f"official figure {official:,} parameters, built {n_params:,}")

@@ -40,10 +40,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from clearsight.artifact import LoadedModel, save_artifact
+from clearsight.artifact import LoadedModel, build_from_config, save_artifact
 from clearsight.errors import ClearsightError
 from clearsight.models.contract import as_restoration_model
-from clearsight.models.registry import build_model, count_parameters
+from clearsight.models.registry import count_parameters
 
 
 @dataclass
@@ -117,9 +117,8 @@ def structure_of(loaded: LoadedModel) -> nn.Module:
     config; MACs and parameter counts do not depend on the weights)."""
     from clearsight.engine.ort_backend import OrtModel
 
-    if isinstance(loaded.model, OrtModel):
-        cfg = loaded.config
-        return build_model(cfg.architecture, **cfg.arch_args).eval()
+    if isinstance(loaded.model, OrtModel):  # at its real widths when pruned
+        return build_from_config(loaded.config, source=loaded.source).eval()
     return loaded.model
 
 

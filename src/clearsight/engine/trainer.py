@@ -299,18 +299,33 @@ def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
 
 
 def _init_from(model: nn.Module, cfg: TrainConfig) -> None:
-    """Fill `model` from the artifact `model.init` (fine-tuning); refuse a different model."""
+    """Fill `model` from the artifact `model.init` (fine-tuning); refuse a different model.
+
+    A pruned artifact (its config records narrowed `widths`) first narrows `model` to its
+    widths, so `clearsight train` fine-tunes it (recovery after pruning; docs/compress.md).
+    """
+    from clearsight.models.widths import WidthsError, apply_widths
     from clearsight.zoo import resolve_model
 
     init = str(cfg.model.init)
     loaded = resolve_model(init)
-    same_keys = list(model.state_dict()) == list(loaded.model.state_dict())
-    if loaded.config.architecture != cfg.model.arch or not same_keys:
-        raise TrainConfigError(
-            f"model.init: {init} is a {loaded.config.architecture!r} with arguments "
-            f"{loaded.config.arch_args}; it does not fit model.arch {cfg.model.arch!r} with "
-            f"arguments {cfg.model.args}"
-        )
+    mismatch = TrainConfigError(
+        f"model.init: {init} is a {loaded.config.architecture!r} with arguments "
+        f"{loaded.config.arch_args}; it does not fit model.arch {cfg.model.arch!r} with "
+        f"arguments {cfg.model.args}"
+    )
+    if loaded.config.architecture != cfg.model.arch:
+        raise mismatch
+    if loaded.config.widths:
+        defaults = get_spec(cfg.model.arch).default_args()
+        if {**defaults, **loaded.config.arch_args} != {**defaults, **cfg.model.args}:
+            raise mismatch
+        try:
+            apply_widths(model, loaded.config.widths, loaded.config.layer_shapes)
+        except WidthsError as exc:
+            raise TrainConfigError(f"model.init: {init}: {exc}") from None
+    if list(model.state_dict()) != list(loaded.model.state_dict()):
+        raise mismatch
     try:
         model.load_state_dict(loaded.model.state_dict(), strict=True)
     except RuntimeError as exc:

@@ -28,6 +28,13 @@ a default, so a model declares only what differs:
   output names; how global pooling sites are shared across ONNX Runtime tiles; the hooks that
   record or replace those sites' statistics (see `export/onnx.py`).
 
+Pruning (both families): `prune_protected()` names the layers whose output width is
+semantic (image channels, the DCT's 64 frequencies, class and box outputs), which a
+structured pruner must keep; None (the default) means the architecture has not declared
+them and is not prunable. `prune_tracing()` is a context during which `forward` calls its
+layers as modules (RESCAN fuses its gate convolutions functionally, which a dependency
+tracer cannot follow). See `docs/compress.md`.
+
 Plain `nn.Module`s (tests, quick experiments) still work: `as_restoration_model` shows one
 through the contract, reading the attributes it declares under the same names.
 
@@ -109,6 +116,15 @@ class RestorationModel(nn.Module):
     def tiled_path(self) -> TiledRestore | None:
         """The model's own tiled restore, or None (the engine's generic tiler is used)."""
         return None
+
+    def prune_protected(self) -> list[nn.Module] | None:
+        """Layers whose output channels a structured pruner must keep (the restored image's
+        channels and any other semantic width); None: not declared, so not prunable."""
+        return None
+
+    def prune_tracing(self) -> contextlib.AbstractContextManager[None]:
+        """While active, `forward` calls every layer as a module (for a dependency tracer)."""
+        return contextlib.nullcontext()
 
     def export_graph(self) -> tuple[nn.Module, list[str]]:
         """The module to trace for ONNX and its output names, the main `output` first."""
@@ -230,6 +246,15 @@ class DetectionModel(nn.Module):
     task: ClassVar[str] = "detect"
     input_size: tuple[int, int]
     num_classes: int
+
+    def prune_protected(self) -> list[nn.Module] | None:
+        """Layers whose output channels a structured pruner must keep (class, box and
+        objectness outputs); None: not declared, so not prunable."""
+        return None
+
+    def prune_tracing(self) -> contextlib.AbstractContextManager[None]:
+        """While active, `forward` calls every layer as a module (for a dependency tracer)."""
+        return contextlib.nullcontext()
 
     def decode(self, raw: Any) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__} does not implement decode()")

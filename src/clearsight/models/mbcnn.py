@@ -383,16 +383,27 @@ class MBCNN(RestorationModel):
     def tiled_path(self) -> TiledRestore | None:
         return self.restore_tiled
 
+    def prune_protected(self) -> list[nn.Module] | None:
+        """The three output convs (12 channels: 3 colours x the 2x2 depth-to-space) and each
+        pre block's conv into the bandpass (64 channels: the 8x8 DCT's frequencies)."""
+        outs: list[nn.Module] = [self.t3_out, self.t2_out, self.t1_out]
+        return outs + [m.to_freq for m in self.modules() if isinstance(m, PreBlock)]
+
     def export_graph(self) -> tuple[nn.Module, list[str]]:
         """The forward on a padded input, the full-resolution output first."""
         return _MbcnnGraph(self), ["output", "out_quarter", "out_half"]
 
     def stats_layout(self) -> dict[str, Any] | None:
-        """The five tone vectors are shared, with PyTorch's tiling defaults."""
+        """The five tone vectors are shared, with PyTorch's tiling defaults; None for a pruned
+        model whose tone vectors ended up with different widths (one [N, sites, C] tensor
+        cannot hold them; its ONNX tiles then pool on their own)."""
+        widths = {b.mlp[-1].out_features for b in self.global_blocks()}
+        if len(widths) != 1:
+            return None
         return {
             "kind": "mbcnn-tone-vectors",
             "sites": len(self.global_blocks()),
-            "channels": 4 * self.n_filters,
+            "channels": widths.pop(),
             "halo": DEFAULT_HALO,
             "blend": DEFAULT_HALO // 2,
             "exact_given_stats": False,

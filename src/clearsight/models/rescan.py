@@ -26,7 +26,14 @@ from clearsight.errors import ClearsightError
 from clearsight.models.contract import RestorationModel, TiledRestore
 from clearsight.models.registry import register_model
 from clearsight.models.rescan_tiled import restore_tiled_stages
-from clearsight.models.rescan_units import NEG_SLOPE, UNIT_CLASSES, SEBlock, State, se_or_identity
+from clearsight.models.rescan_units import (
+    NEG_SLOPE,
+    UNIT_CLASSES,
+    SEBlock,
+    State,
+    se_or_identity,
+    unfused_gates,
+)
 
 UNITS = ("GRU", "LSTM", "RNN", "Conv")
 MODES = ("full", "add")
@@ -321,6 +328,15 @@ class RESCAN(RestorationModel):
     def tiled_path(self) -> TiledRestore | None:
         return self.restore_tiled
 
+    def prune_protected(self) -> list[nn.Module] | None:
+        """The decoder's last conv: its 3 outputs are the rain layer's colour channels. The
+        rest is coupled through the recurrent state and SE gates, which the pruner's
+        dependency graph keeps together."""
+        return [self.decoder[-1]]
+
+    def prune_tracing(self) -> contextlib.AbstractContextManager[None]:
+        return unfused_gates()
+
     def export_graph(self) -> tuple[nn.Module, list[str]]:
         """`x - rain` after the last stage (`output`), then after each earlier stage."""
         return _RescanGraph(self), ["output"] + [f"stage{i}" for i in range(1, self.stages)]
@@ -331,10 +347,15 @@ class RESCAN(RestorationModel):
         given the statistics."""
         if not self.use_se:
             return None
+        # One [N, sites, C] tensor holds every gate: a pruned model whose SE blocks ended
+        # up with different widths has no such layout (its ONNX tiles are generic).
+        widths = {m.fc[-2].out_features for m in self.modules() if isinstance(m, SEBlock)}
+        if len(widths) != 1:
+            return None
         return {
             "kind": "rescan-se-gates",
             "sites": self.stages * (len(self.units) + 1),
-            "channels": self.channels,
+            "channels": widths.pop(),
             "halo": self._conv_radius(),
             "blend": 0,
             "exact_given_stats": True,

@@ -103,7 +103,7 @@ class _UnitPlan:
         x_scale: torch.Tensor | None,
         h_scale: torch.Tensor | None,
     ) -> None:
-        self.kind, self.d, self.c = unit.kind, unit.dilation, unit.out_ch
+        self.kind, self.d, self.c = unit.kind, unit.dilation, unit.x_convs()[0].out_channels
         self.first = first or unit.kind == "Conv"
         self.h_scale = h_scale
         xs = {g: getattr(unit, f"conv_x{g}") for g in unit.x_gates}
@@ -341,8 +341,9 @@ def _restore_one(
         prev, prev_scale = stage_in, None
         for k, unit in enumerate(units):
             plan = _UnitPlan(unit, s == 0, prev_scale, scales[k])
-            out_buf = lay.buffer(unit.out_ch)
-            cell_buf = lay.buffer(unit.out_ch) if model.unit == "LSTM" and not last else None
+            width = unit.x_convs()[0].out_channels  # the real width, also when pruned
+            out_buf = lay.buffer(width)
+            cell_buf = lay.buffer(width) if model.unit == "LSTM" and not last else None
             fn = partial(_unit_tile, lay, plan, prev, states[k], cells[k], out_buf, cell_buf)
             scale = _se_scale(unit.se, runner.map(fn, step), count)
             # Unit k's old state is dead now; in the last stage nothing reads it again.
@@ -351,7 +352,7 @@ def _restore_one(
             scales[k] = scale
             prev, prev_scale = out_buf, scale
         # Decoder: 3x3 conv -> SE -> LeakyReLU -> 1x1 conv gives this stage's rain layer.
-        dbuf = lay.buffer(model.channels)
+        dbuf = lay.buffer(model.decoder[0].out_channels)
         fn = partial(_decoder_tile, lay, _Conv(_scaled(w3, prev_scale), b3, 1), prev, dbuf)
         dec1 = _Conv(_scaled(w1, _se_scale(dec_se, runner.map(fn, step), count)), b1, 1)
         new_rain = lay.buffer(3)

@@ -6,6 +6,9 @@ Their own module so that both the network (`rescan`) and its exact tiled inferen
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -104,6 +107,20 @@ class RNNUnit(RecurrentUnit):
         return h, h
 
 
+_UNFUSED = [False]  # set by `unfused_gates` while a pruner traces the module calls
+
+
+@contextlib.contextmanager
+def unfused_gates() -> Iterator[None]:
+    """While active, `fused_gates` calls each gate conv as a module (for a dependency tracer
+    such as Torch-Pruning's, which follows module calls, not concatenated weights)."""
+    _UNFUSED[0] = True
+    try:
+        yield
+    finally:
+        _UNFUSED[0] = False
+
+
 def fused_gates(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Several same-shaped gate convs of one input as ONE conv, split back per gate.
 
@@ -111,6 +128,8 @@ def fused_gates(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Te
     and the official structure stay as they are); one wide conv is about 20% faster to
     train on CPU than three narrow ones and equal to float rounding.
     """
+    if _UNFUSED[0]:
+        return tuple(c(x) for c in convs)
     c0 = convs[0]
     w = torch.cat([c.weight for c in convs])
     b = torch.cat([c.bias for c in convs])

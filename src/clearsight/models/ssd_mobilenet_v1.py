@@ -215,6 +215,11 @@ class SSDMobileNetV1(DetectionModel):
             logits.append(ch(f).permute(0, 2, 3, 1).reshape(n, -1, self.num_classes))
         return torch.cat(boxes, 1), torch.cat(logits, 1)
 
+    def prune_protected(self) -> list[nn.Module] | None:
+        """The box and class predictors of the six feature maps (anchors x 4 box codes and
+        anchors x classes: their widths are the raw output's layout)."""
+        return [*self.box_heads, *self.class_heads]
+
     def decode(self, raw: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """Raw outputs -> (boxes [N,A,4] xyxy in input pixels, sigmoid scores [N,A,C] with the
         background at 0)."""

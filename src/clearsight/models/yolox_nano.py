@@ -225,6 +225,11 @@ class YOLOXNano(DetectionModel):
         """[N,3,H,W] preprocessed batch -> [N, A, 5 + C]: (x, y, log w, log h) raw, obj, cls."""
         return self.head(self.backbone(x))
 
+    def prune_protected(self) -> list[nn.Module] | None:
+        """Each level's class, box and objectness outputs (their widths are the raw output's
+        columns)."""
+        return [m for lvl in self.head.levels for m in (lvl.cls_pred, lvl.reg_pred, lvl.obj_pred)]
+
     def decode(self, raw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The detection contract's decode: (xyxy boxes in network-input pixels [N, A, 4],
         per-class scores objectness x class score [N, A, 80])."""

@@ -1,0 +1,89 @@
+"""`clearsight compress`: model compression commands, each with a before/after table.
+
+`compress_app` is the command group; each compression registers its command on it:
+`prune` here (structured pruning, `clearsight.api.prune`), `quantize` in its own module
+(registered in `cli/__init__.py` after this one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clearsight.cli._app import app, console, friendly
+
+compress_app = typer.Typer(
+    name="compress",
+    help="Compress a model; each command prints a before/after table.",
+    no_args_is_help=True,
+)
+app.add_typer(compress_app, name="compress")
+
+
+def _size(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.2f} MB"
+
+
+def _ratio(after: float | None, before: float | None) -> str:
+    return "-" if not after or not before else f"{after / before:.3f}"
+
+
+@compress_app.command("prune")
+@friendly
+def prune_cmd(
+    model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output artifact (folder, or .safetensors).")
+    ],
+    ratio: Annotated[
+        float | None, typer.Option("--ratio", help="Share of the MACs to remove (0.5: half).")
+    ] = None,
+    target_macs: Annotated[
+        float | None,
+        typer.Option(
+            "--target-macs",
+            help="MACs to keep: per pixel (restoration) or contest MAdds in millions (detection).",
+        ),
+    ] = None,
+    importance: Annotated[
+        str, typer.Option("--importance", help="Channel ranking: l1, taylor or group.")
+    ] = "l1",
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Before/after table as JSON (default: OUT.prune.json)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the tracing input.")] = 0,
+) -> None:
+    """Remove whole channels from MODEL until its recounted MACs reach the target."""
+    from clearsight.api import prune
+    from clearsight.compress.prune import default_report_path
+
+    with console.status("pruning") as status:
+
+        def step(n: int, macs: float) -> None:
+            status.update(f"pruning: round {n}, {macs:,.6g} MACs")
+
+        path, result = prune(
+            model,
+            out,
+            ratio=ratio,
+            target_macs=target_macs,
+            importance=importance,
+            report_json=json_out,
+            seed=seed,
+            progress=step,
+        )
+    b, a = result.before, result.after
+    table = Table(title=f"prune {model} ({result.importance}, {result.rounds} rounds)")
+    for col in ("", "before", "after", "after/before"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("parameters", f"{b.params:,}", f"{a.params:,}", _ratio(a.params, b.params))
+    table.add_row(a.macs_unit, f"{b.macs:,.1f}", f"{a.macs:,.1f}", _ratio(a.macs, b.macs))
+    table.add_row(
+        "file size", _size(b.file_bytes), _size(a.file_bytes), _ratio(a.file_bytes, b.file_bytes)
+    )
+    console.print(table)
+    console.print(f"wrote {path} and {json_out or default_report_path(out)}", highlight=False)

@@ -1,0 +1,1 @@
+"""Model compression: structured pruning (`prune.py`); see docs/compress.md."""
