@@ -18,19 +18,43 @@ from clearsight.cli._options import SkipExistingOpt
 @friendly
 def export_cmd(
     model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="Export format: onnx.")] = "onnx",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="Export format: onnx or paddle.")
+    ] = "onnx",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Output file (default: MODEL.onnx).")
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output file, or folder for paddle (default: MODEL.onnx, MODEL.paddle).",
+        ),
     ] = None,
     skip_existing: SkipExistingOpt = False,
 ) -> None:
-    """Export MODEL (opset 17, dynamic H and W, config in the metadata), parity-checked."""
+    """Export MODEL (ONNX: opset 17, dynamic H and W, config in the metadata; paddle: a
+    Paddle inference folder), parity-checked."""
     from clearsight.api import export_onnx
     from clearsight.export.onnx import check_format, default_output
 
-    target = out or default_output(model, check_format(fmt))
-    if skip_existing and target.is_file():
+    fmt = check_format(fmt)
+    target = out or default_output(model, fmt)
+    if skip_existing and target.exists():
         console.print(f"{target} exists, skipped (--skip-existing)", highlight=False)
+        return
+    if fmt == "paddle":
+        from clearsight.api import export_paddle
+
+        result = export_paddle(model, target)
+        console.print(
+            "parity (Paddle Inference vs the reference at "
+            + ", ".join(f"{h}x{w}" for h, w in result.sizes)
+            + f"): max abs difference {result.max_abs_diff:.3g}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for r in result.rewrites:
+            console.print(f"ONNX rewrite before x2paddle: {r}", highlight=False, soft_wrap=True)
+        console.print(f"wrote {result.path}/", highlight=False)
         return
     path, parity = export_onnx(model, target, fmt)
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)

@@ -56,7 +56,7 @@ from clearsight.onnx_meta import (
 )
 from clearsight.preprocess import pad_to_multiple
 
-FORMATS = ("onnx",)
+FORMATS = ("onnx", "paddle")  # paddle: export/paddle.py
 OPSET = 17
 TOLERANCE = 1e-4
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))

@@ -1,0 +1,131 @@
+"""Rewrites of an ONNX graph that keep its function but fit x2paddle 1.6.0 (docs/export.md).
+
+x2paddle converts op by op and fails on a few patterns that PyTorch's exporter writes:
+
+- **shape arithmetic** (`Shape` -> `Gather` -> `Add`/`Div`/`Mul` -> `Slice`, what `chunk`
+  and TF-"SAME" padding trace to): x2paddle turns the int64 constants into parameters and
+  mixes them with float division, which Paddle refuses. Every value that depends only on
+  constants and on static dimensions is computed here (ONNX's reference evaluator, node by
+  node) and stored as an initializer, so the slices get constant bounds; dynamic H and W
+  stay dynamic.
+- **`MaxPool` with a `dilations` attribute** (opset >= 10 writes `dilations=[1, 1]`):
+  x2paddle asserts it is absent; all-ones dilations are the default and are dropped.
+
+Each rewrite is counted and reported (`Rewrites`), so the export says what it changed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Ops never folded even when every input is known: they are cheap to keep and folding them
+# would turn small shape values into large tensors.
+_NO_FOLD = {"ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike"}
+
+
+@dataclass
+class Rewrites:
+    folded: Counter[str] = field(default_factory=Counter)
+    maxpool_dilations: int = 0
+
+    def describe(self) -> list[str]:
+        out = []
+        if self.folded:
+            ops = ", ".join(f"{n} {op}" for op, n in sorted(self.folded.items()))
+            out.append(f"folded constant/static-shape nodes ({ops})")
+        if self.maxpool_dilations:
+            out.append(f"dropped dilations=1 from {self.maxpool_dilations} MaxPool")
+        return out
+
+
+def _static_dims(proto: Any) -> dict[str, list[int | None]]:
+    """Every value's dims after shape inference (None where symbolic)."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    out: dict[str, list[int | None]] = {}
+    g = inferred.graph
+    for vi in [*g.input, *g.value_info, *g.output]:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            out[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    return out
+
+
+def _fold(proto: Any, rewrites: Rewrites) -> None:
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    g = proto.graph
+    dims = _static_dims(proto)
+    known: dict[str, np.ndarray] = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    partial: dict[str, list[int | None]] = {}  # Shape outputs with symbolic entries
+    keep = []
+    for node in g.node:
+        value: list[np.ndarray] | None = None
+        if node.op_type == "Constant":
+            value = list(ReferenceEvaluator(node).run(None, {}))
+        elif node.op_type == "Shape" and not node.attribute and node.input[0] in dims:
+            shape = dims[node.input[0]]
+            if all(d is not None for d in shape):
+                value = [np.array(shape, dtype=np.int64)]
+            else:
+                partial[node.output[0]] = shape
+        elif (
+            node.op_type == "Gather"
+            and node.input[0] in partial
+            and node.input[1] in known
+            and not any(a.name == "axis" and a.i != 0 for a in node.attribute)
+        ):
+            idx = known[node.input[1]]
+            picked = np.array(partial[node.input[0]], dtype=object)[idx]
+            if all(d is not None for d in np.atleast_1d(picked)):
+                value = [np.array(picked, dtype=np.int64)]
+        elif (
+            node.op_type not in _NO_FOLD
+            and node.domain in ("", "ai.onnx")
+            and node.input
+            and all(not i or i in known for i in node.input)
+        ):
+            feeds = {i: known[i] for i in node.input if i}
+            value = list(ReferenceEvaluator(node).run(None, feeds))
+        if value is None:
+            keep.append(node)
+            continue
+        for name, v in zip(node.output, value, strict=True):
+            known[name] = np.asarray(v)
+        if node.op_type != "Constant":
+            rewrites.folded[node.op_type] += 1
+    # initializers for the folded values that the kept nodes (or the outputs) still read
+    existing = {i.name for i in g.initializer}
+    needed = {i for n in keep for i in n.input} | {o.name for o in g.output}
+    for name in sorted(needed & set(known) - existing):
+        g.initializer.append(numpy_helper.from_array(known[name], name))
+    del g.node[:]
+    g.node.extend(keep)
+
+
+def _maxpool_dilations(proto: Any, rewrites: Rewrites) -> None:
+    for node in proto.graph.node:
+        if node.op_type != "MaxPool":
+            continue
+        for a in list(node.attribute):
+            if a.name == "dilations" and all(v == 1 for v in a.ints):
+                node.attribute.remove(a)
+                rewrites.maxpool_dilations += 1
+
+
+def rewrite_for_x2paddle(data: bytes) -> tuple[bytes, Rewrites]:
+    """The rewritten model's bytes and what was rewritten."""
+    import onnx
+
+    proto = onnx.load_from_string(data)
+    rewrites = Rewrites()
+    _fold(proto, rewrites)
+    _maxpool_dilations(proto, rewrites)
+    onnx.checker.check_model(proto)
+    return proto.SerializeToString(), rewrites
