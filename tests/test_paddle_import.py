@@ -199,3 +199,44 @@ def test_yolox_matches_paddle_and_bn_eps_matters(tmp_path: Path) -> None:
     assert load_artifact(res.path).config.class_ids[0] == 1  # COCO ids for 80 classes
     wrong = import_paddle(f, "yolox-nano", tmp_path / "y2", sets={"bn_eps": 0.5})
     assert _max_diff(ref, _run_torch(wrong.path, x)) > 1e-4
+
+
+# -- seed 000's baseline bugs, seen through `clearsight audit` ----------------------------
+def test_baseline_bugs_are_named_by_the_audit(tmp_path: Path) -> None:
+    """The Paddle demoiré baseline: bandpass kernel overwritten in forward and a global block
+    lost to a reused name. The import refuses the lost block unless told to share it; the
+    imported model equals the Paddle model's next forward; the audit names both."""
+    paddle = _paddle()
+    from typer.testing import CliRunner
+
+    from clearsight.cli import app
+    from clearsight.model_audit import audit
+    from tests.paddle_models import PaddleMBCNN
+
+    pd = PaddleMBCNN(n=4, baseline_bugs=True)
+    from tests.paddle_models import randomize
+
+    randomize(pd, 5)
+    pd.train()
+    with paddle.no_grad():
+        for _ in range(3):  # three training forwards: the kernel is overwritten each time
+            pd(paddle.to_tensor(_input((1, 3, 16, 16), seed=9)))
+    pd.eval()
+    f = tmp_path / "baseline.pdparams"
+    paddle.save(pd.state_dict(), str(f))
+    with pytest.raises(PaddleImportError, match=r"lost block\(s\) _t1_global_block "):
+        import_paddle(f, "mbcnn", tmp_path / "refused", sets={"n_filters": 4})
+    res = import_paddle(f, "mbcnn", tmp_path / "mb", sets={"n_filters": 4, "lost_blocks": "share"})
+    assert {x["check"] for x in res.findings} == {"forward purity", "structure"}
+    x = _input((1, 3, 16, 24))
+    assert _max_diff(_run_paddle(pd, x), _run_torch(res.path, x)) < TOL  # its next forward
+
+    report = audit(str(res.path), size=16)
+    purity, structure = report.by_name("forward purity"), report.by_name("structure")
+    assert not purity.passed and "_e1_pre_block.adap.kernel was overwritten" in purity.details
+    assert not structure.passed
+    assert "_t1_global_block is one block where" in structure.details
+    assert "t1_global1 and t1_global2 hold identical weights" in structure.details
+    assert report.by_name("two optimizer steps").passed  # the module itself trains
+    cli = CliRunner().invoke(app, ["audit", str(res.path), "--size", "16"])
+    assert cli.exit_code == 1 and "overwritten in forward" in cli.output
