@@ -240,3 +240,58 @@ def test_baseline_bugs_are_named_by_the_audit(tmp_path: Path) -> None:
     assert report.by_name("two optimizer steps").passed  # the module itself trains
     cli = CliRunner().invoke(app, ["audit", str(res.path), "--size", "16"])
     assert cli.exit_code == 1 and "overwritten in forward" in cli.output
+
+
+# -- the inverse (clearsight -> .pdparams), and a round trip without Paddle ---------------
+@pytest.mark.parametrize(
+    ("arch", "args", "shape"),
+    [
+        ("rescan", {"channels": 4, "stages": 2, "depth": 4}, (1, 3, 9, 11)),
+        ("mbcnn-light", {"n_filters": 2}, (1, 3, 16, 16)),
+        ("ssd-mobilenet-v1", {"num_classes": 3, "depth_multiplier": 0.25, "input_size": 64},
+         (1, 3, 64, 64)),
+        ("yolox-nano", {"num_classes": 2}, (1, 3, 32, 32)),
+    ],
+)  # fmt: skip
+def test_round_trip_through_pdparams(tmp_path: Path, arch: str, args: dict, shape: tuple) -> None:
+    from clearsight.artifact import make_config, save_artifact
+    from clearsight.convert.paddle_state import save_pdparams
+    from clearsight.models.registry import build_model
+
+    torch.manual_seed(0)
+    model = build_model(arch, **args).eval()
+    art = save_artifact(model, tmp_path / "a", make_config(model, arch, args))
+    pd = save_pdparams(str(art), tmp_path / "w.pdparams")
+    back = import_paddle(pd, arch, tmp_path / "b", sets=args)
+    x = _input(shape)
+    with torch.no_grad():
+        ref = model(torch.from_numpy(x))
+    assert (
+        _max_diff(
+            _run_torch(back.path, x),
+            [t.numpy() for t in (ref if isinstance(ref, list | tuple) else [ref])],
+        )
+        < TOL
+    )
+
+
+def test_pdparams_written_here_load_in_paddle(tmp_path: Path) -> None:
+    """paddle.load reads what save_pdparams writes, into the Paddle model with its names."""
+    paddle = _paddle()
+    from clearsight.artifact import make_config, save_artifact
+    from clearsight.convert.paddle_state import save_pdparams
+    from clearsight.models.registry import build_model
+    from tests.paddle_models import PaddleMBCNN
+
+    torch.manual_seed(1)
+    model = build_model("mbcnn", n_filters=4).eval()
+    art = save_artifact(model, tmp_path / "a", make_config(model, "mbcnn", {"n_filters": 4}))
+    f = save_pdparams(str(art), tmp_path / "w.pdparams")
+    pd = PaddleMBCNN(n=4)
+    missing, unexpected = pd.set_state_dict(paddle.load(str(f)))
+    assert not missing and not unexpected
+    pd.eval()
+    x = _input((1, 3, 16, 24))
+    with torch.no_grad():
+        ref = [t.numpy() for t in model(torch.from_numpy(x))]
+    assert _max_diff(_run_paddle(pd, x), ref) < TOL
