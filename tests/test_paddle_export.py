@@ -26,8 +26,8 @@ def _onnx(model: torch.nn.Module, x: torch.Tensor, dynamic: bool) -> bytes:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            model, (x,), buf, input_names=["input"], opset_version=17, dynamo=False,
-            dynamic_axes=axes,
+            model, (x,), buf, input_names=["input"], output_names=["output"], opset_version=17,
+            dynamo=False, dynamic_axes=axes,
         )  # fmt: skip
     return buf.getvalue()
 
@@ -118,3 +118,24 @@ def test_export_paddle_from_an_onnx_file_and_the_cli(tmp_path: Path) -> None:
     assert meta["parity"]["reference"] == "ONNX Runtime"
     assert meta["parity"]["sizes"] == ["256x256", "321x481"]  # RESCAN pads to 1: odd stays odd
     assert max(meta["parity"]["per_size"]) < 1e-4
+
+
+def test_a_detector_onnx_file_converts(tmp_path: Path) -> None:
+    """A detector's ONNX graph (fixed input size, clearsight metadata) converts: YOLOX-Nano,
+    whose SPP max pools need the dilations rewrite and whose upsampling runs in Paddle
+    Inference's oneDNN executor only as a ConvTranspose."""
+    _need_paddle()
+    from clearsight.api import export_paddle
+    from clearsight.export.onnx import _add_metadata
+    from clearsight.onnx_meta import metadata_props
+
+    torch.manual_seed(2)
+    model = build_model("yolox-nano", num_classes=3).eval()
+    data = _onnx(model, torch.rand(1, 3, 64, 64), dynamic=False)
+    info = {"format_version": 1, "outputs": ["output"], "main_output": "output"}
+    config = make_config(model, "yolox-nano", {"num_classes": 3})
+    (tmp_path / "det.onnx").write_bytes(_add_metadata(data, metadata_props(config, info)))
+    result = export_paddle(tmp_path / "det.onnx", tmp_path / "det.paddle")
+    assert result.sizes == [(64, 64), (64, 64)] and result.max_abs_diff < 1e-4
+    assert any("MaxPool" in r for r in result.rewrites)
+    assert any("ConvTranspose" in r for r in result.rewrites)  # its 2x nearest upsampling

@@ -10,6 +10,12 @@ x2paddle converts op by op and fails on a few patterns that PyTorch's exporter w
   stay dynamic.
 - **`MaxPool` with a `dilations` attribute** (opset >= 10 writes `dilations=[1, 1]`):
   x2paddle asserts it is absent; all-ones dilations are the default and are dropped.
+- **nearest `Resize`** (YOLOX's 2x upsampling): the `interpolate` op x2paddle writes carries
+  a float-list attribute that Paddle Inference's oneDNN executor cannot take
+  ("ConvertPirAttribute2RuntimeAttribute not support ArrayAttribute<DoubleAttribute>",
+  Paddle 3.3, with `scale_factor` and with `size` alike). An integer-factor nearest upsample
+  is exactly a depthwise `ConvTranspose` with a kernel of ones (kernel = stride = factor),
+  which is what the graph gets instead; H and W may stay dynamic.
 
 Each rewrite is counted and reported (`Rewrites`), so the export says what it changed.
 """
@@ -31,6 +37,7 @@ _NO_FOLD = {"ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLik
 class Rewrites:
     folded: Counter[str] = field(default_factory=Counter)
     maxpool_dilations: int = 0
+    resize_nearest: int = 0
 
     def describe(self) -> list[str]:
         out = []
@@ -39,6 +46,8 @@ class Rewrites:
             out.append(f"folded constant/static-shape nodes ({ops})")
         if self.maxpool_dilations:
             out.append(f"dropped dilations=1 from {self.maxpool_dilations} MaxPool")
+        if self.resize_nearest:
+            out.append(f"{self.resize_nearest} nearest Resize as a depthwise ConvTranspose of ones")
         return out
 
 
@@ -119,6 +128,51 @@ def _maxpool_dilations(proto: Any, rewrites: Rewrites) -> None:
                 rewrites.maxpool_dilations += 1
 
 
+def _resize_nearest(proto: Any, rewrites: Rewrites) -> None:
+    """Nearest upsampling by integer factors as a depthwise ConvTranspose with a kernel of
+    ones (kernel = stride = the factor: every output pixel is one input pixel times 1)."""
+    from onnx import helper, numpy_helper
+
+    g = proto.graph
+    dims = _static_dims(proto)
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    for i, node in enumerate(g.node):
+        if node.op_type != "Resize" or len(node.input) < 3 or node.input[2] not in inits:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        mode = attrs.get("mode", b"nearest")
+        ctm = attrs.get("coordinate_transformation_mode", b"half_pixel")
+        shape = dims.get(node.input[0])
+        scales = inits[node.input[2]].astype(np.float64)
+        if (
+            mode != b"nearest"
+            or ctm not in (b"asymmetric", b"half_pixel", b"pytorch_half_pixel")
+            or not shape
+            or len(shape) != 4
+            or shape[1] is None
+            or scales.shape != (4,)
+            or not (scales[:2] == 1).all()
+            or not (scales[2:] == np.round(scales[2:])).all()
+            or not (scales[2:] >= 1).all()
+        ):
+            continue
+        c, (sh, sw) = int(shape[1]), (int(v) for v in scales[2:])
+        weight = f"{node.output[0]}__ones"
+        g.initializer.append(numpy_helper.from_array(np.ones((c, 1, sh, sw), np.float32), weight))
+        deconv = helper.make_node(
+            "ConvTranspose",
+            [node.input[0], weight],
+            list(node.output),
+            name=f"{node.name}__as_deconv",
+            group=c,
+            kernel_shape=[sh, sw],
+            strides=[sh, sw],
+        )
+        g.node.remove(node)
+        g.node.insert(i, deconv)
+        rewrites.resize_nearest += 1
+
+
 def rewrite_for_x2paddle(data: bytes) -> tuple[bytes, Rewrites]:
     """The rewritten model's bytes and what was rewritten."""
     import onnx
@@ -127,5 +181,6 @@ def rewrite_for_x2paddle(data: bytes) -> tuple[bytes, Rewrites]:
     rewrites = Rewrites()
     _fold(proto, rewrites)
     _maxpool_dilations(proto, rewrites)
+    _resize_nearest(proto, rewrites)
     onnx.checker.check_model(proto)
     return proto.SerializeToString(), rewrites

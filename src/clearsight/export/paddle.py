@@ -16,6 +16,7 @@ names they stand for, the rewrites made and the parity figures.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,21 @@ def _need_paddle() -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def _quiet_native_stdout() -> Iterator[None]:
+    """Paddle Inference's oneDNN passes print to the process's stdout from C++
+    ("ReduceMeanCheckIfOneDNNSupport"); send file descriptor 1 to /dev/null meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 class PaddlePredictor:
     """A Paddle inference model folder run by Paddle Inference on the CPU."""
 
@@ -87,7 +103,8 @@ class PaddlePredictor:
         cfg.disable_gpu()
         cfg.set_cpu_math_library_num_threads(threads)
         cfg.disable_glog_info()
-        self._predictor = inference.create_predictor(cfg)
+        with _quiet_native_stdout():
+            self._predictor = inference.create_predictor(cfg)
         self.input_name = self._predictor.get_input_names()[0]
         self.output_names = list(self._predictor.get_output_names())
 
@@ -96,7 +113,8 @@ class PaddlePredictor:
         handle = self._predictor.get_input_handle(self.input_name)
         handle.reshape(list(x.shape))
         handle.copy_from_cpu(np.ascontiguousarray(x, dtype=np.float32))
-        self._predictor.run()
+        with _quiet_native_stdout():
+            self._predictor.run()
         return [self._predictor.get_output_handle(n).copy_to_cpu() for n in self.output_names]
 
 
