@@ -139,3 +139,27 @@ def test_a_detector_onnx_file_converts(tmp_path: Path) -> None:
     assert result.sizes == [(64, 64), (64, 64)] and result.max_abs_diff < 1e-4
     assert any("MaxPool" in r for r in result.rewrites)
     assert any("ConvTranspose" in r for r in result.rewrites)  # its 2x nearest upsampling
+
+
+@pytest.mark.realdata
+def test_contest_scorer_same_on_paddle_and_pytorch(shared_data: Path, tmp_path: Path) -> None:
+    """The bundled SSD in the Astar contest layout as a Paddle inference model: the contest
+    scorer gives the same detections, mAP and MAdds as on the PyTorch model (8 images)."""
+    _need_paddle()
+    from clearsight.detection.astar import astar_score
+    from clearsight.export.paddle import PaddleContestRunner, export_contest_paddle
+    from clearsight.zoo import resolve_model
+
+    data = shared_data / "detection/coco_mini_val"
+    if not data.is_dir():
+        pytest.skip("coco_mini_val not found")
+    loaded = resolve_model("ssd-mobilenet-v1-coco")
+    result = export_contest_paddle(loaded, tmp_path / "contest.paddle")
+    assert result.sizes == [(300, 300), (300, 300)] and result.max_abs_diff < 1e-4
+    ref = astar_score(loaded, data, limit=8, drop_last_single=False)
+    got = astar_score(
+        loaded, data, limit=8, drop_last_single=False,
+        runner=PaddleContestRunner(tmp_path / "contest.paddle"),
+    )  # fmt: skip
+    assert got.detections == ref.detections and got.madds == ref.madds
+    assert got.map == pytest.approx(ref.map, abs=1e-6) and ref.map > 0.1

@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-# Ops never folded even when every input is known: they are cheap to keep and folding them
-# would turn small shape values into large tensors.
-_NO_FOLD = {"ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike"}
+# Ops never folded (their values are not constants), and the largest folded value kept
+# (a bigger one, e.g. a ConstantOfShape of a whole image, stays a node).
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+_MAX_FOLDED = 1 << 16
 
 
 @dataclass
@@ -102,6 +103,8 @@ def _fold(proto: Any, rewrites: Rewrites) -> None:
         ):
             feeds = {i: known[i] for i in node.input if i}
             value = list(ReferenceEvaluator(node).run(None, feeds))
+            if any(np.asarray(v).size > _MAX_FOLDED for v in value):
+                value = None
         if value is None:
             keep.append(node)
             continue

@@ -91,7 +91,11 @@ def _quiet_native_stdout() -> Iterator[None]:
 class PaddlePredictor:
     """A Paddle inference model folder run by Paddle Inference on the CPU."""
 
-    def __init__(self, folder: str | os.PathLike[str], threads: int = 1) -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], threads: int = 1, onednn: bool | None = None
+    ) -> None:
+        """`onednn`: Paddle Inference's oneDNN kernels and passes (None: as the export
+        recorded in `clearsight.json`, on unless its parity check needed them off)."""
         from paddle import inference
 
         self.folder = Path(folder)
@@ -103,6 +107,9 @@ class PaddlePredictor:
         cfg.disable_gpu()
         cfg.set_cpu_math_library_num_threads(threads)
         cfg.disable_glog_info()
+        self.onednn = bool(self.meta.get("onednn", True)) if onednn is None else onednn
+        if not self.onednn:
+            cfg.disable_mkldnn()
         with _quiet_native_stdout():
             self._predictor = inference.create_predictor(cfg)
         self.input_name = self._predictor.get_input_names()[0]
@@ -147,6 +154,38 @@ def _onnx_meta(data: bytes) -> tuple[dict[str, Any], list[str], str]:
     return meta, [o.name for o in proto.graph.output], proto.graph.input[0].name
 
 
+def _parity(
+    folder: Path,
+    onednn: bool,
+    inputs: list[np.ndarray],
+    reference: Reference,
+    onnx_outputs: list[str],
+    source: str,
+    reference_name: str = "the reference",
+) -> tuple[PaddlePredictor, list[float]]:
+    """Run every input through Paddle Inference and the reference: the max abs difference
+    per input (shape mismatches are an `ExportError`)."""
+    predictor = PaddlePredictor(folder, onednn=onednn)
+    if len(predictor.output_names) != len(onnx_outputs):
+        raise ExportError(
+            f"{source}: the Paddle model has {len(predictor.output_names)} outputs, "
+            f"the ONNX graph {len(onnx_outputs)}"
+        )
+    per_size = []
+    for x in inputs:
+        got, ref = predictor.run(x), reference(x)
+        diff = 0.0
+        for name, g, r in zip(onnx_outputs, got, ref, strict=True):
+            if tuple(g.shape) != tuple(r.shape):
+                raise ExportError(
+                    f"{source}: Paddle output {name!r} has shape {tuple(g.shape)}, "
+                    f"{reference_name} {tuple(r.shape)} at input {tuple(x.shape)}"
+                )
+            diff = max(diff, float(np.abs(g - r).max()))
+        per_size.append(diff)
+    return predictor, per_size
+
+
 def onnx_to_paddle(
     data: bytes,
     out: str | os.PathLike[str],
@@ -172,24 +211,17 @@ def onnx_to_paddle(
             for name in (PROGRAM_FILE, PARAMS_FILE):
                 shutil.copy2(produced / name, tmp / name)
             (tmp / META_FILE).write_text("{}", encoding="utf-8")
-            predictor = PaddlePredictor(tmp)
-            if len(predictor.output_names) != len(onnx_outputs):
-                raise ExportError(
-                    f"{source}: the Paddle model has {len(predictor.output_names)} outputs, "
-                    f"the ONNX graph {len(onnx_outputs)}"
-                )
-            per_size = []
-            for x in inputs:
-                got, ref = predictor.run(x), reference(x)
-                diff = 0.0
-                for name, g, r in zip(onnx_outputs, got, ref, strict=True):
-                    if tuple(g.shape) != tuple(r.shape):
-                        raise ExportError(
-                            f"{source}: Paddle output {name!r} has shape {tuple(g.shape)}, "
-                            f"{reference_name} {tuple(r.shape)} at input {tuple(x.shape)}"
-                        )
-                    diff = max(diff, float(np.abs(g - r).max()))
-                per_size.append(diff)
+            checks = (inputs, reference, onnx_outputs, source, reference_name)
+            onednn_error = ""
+            try:
+                predictor, per_size = _parity(tmp, True, *checks)
+                onednn = True
+            except ExportError:
+                raise
+            except Exception as exc:  # Paddle raises untyped errors from its oneDNN passes
+                onednn_error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"
+                predictor, per_size = _parity(tmp, False, *checks)
+                onednn = False
             sizes = [(int(x.shape[-2]), int(x.shape[-1])) for x in inputs]
             if max(per_size) > tolerance:
                 raise ExportError(
@@ -199,10 +231,16 @@ def onnx_to_paddle(
                     + "); nothing written"
                 )
             result = PaddleExport(Path(out), sizes, per_size, rewrites.describe())
+            if not onednn:
+                result.rewrites.append(
+                    "Paddle Inference's oneDNN passes failed on this graph "
+                    f"({onednn_error}); run it with config.disable_mkldnn()"
+                )
             info = {
                 "format": "paddle inference (PIR program model.json + model.pdiparams)",
                 "converter": "x2paddle 1.6 onnx2paddle, after clearsight's ONNX rewrites",
                 "onnx_rewrites": result.rewrites,
+                "onednn": onednn,
                 "input": {"paddle": predictor.input_name, "onnx": onnx_input},
                 "outputs": [
                     {"paddle": p, "onnx": o}
@@ -297,3 +335,68 @@ def _export_onnx_model(
         tolerance=tolerance,
         reference_name="ONNX Runtime",
     )
+
+
+def export_contest_paddle(
+    loaded: LoadedModel, out: str | os.PathLike[str], *, tolerance: float = TOLERANCE
+) -> PaddleExport:
+    """A detector in the Astar 2019 contest's layout as a Paddle inference folder: input the
+    contest's [N, 3, 300, 300] BGR tensor in (x - 127.5) * 0.007843, outputs `boxes`
+    [N, M, 4] and `scores` [N, 81, M] (`detection/astar.py`'s `ContestAdapter`), traced at
+    a fixed 300x300 and checked against the PyTorch adapter on two contest tensors."""
+    import io
+
+    import torch
+
+    from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
+    from clearsight.export.onnx import OPSET, _add_metadata
+    from clearsight.onnx_meta import EXPORT_FORMAT_VERSION, metadata_props
+
+    _need_paddle()
+    adapter = ContestAdapter(loaded.model, loaded.config).eval()
+    h, w = CONTEST_SIZE
+    gen = torch.Generator().manual_seed(0)
+    example = (torch.rand(1, 3, h, w, generator=gen) * 255 - 127.5) * 0.007843
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            adapter, (example,), buf, input_names=["input"], output_names=["boxes", "scores"],
+            opset_version=OPSET, dynamo=False, do_constant_folding=True,
+        )  # fmt: skip
+    info = {
+        "format_version": EXPORT_FORMAT_VERSION,
+        "opset": OPSET,
+        "layout": "astar-2019 contest: boxes [N,M,4] normalized xyxy, scores [N,81,M]",
+        "outputs": ["boxes", "scores"],
+        "main_output": "boxes",
+        "adapter": adapter.note,
+    }
+    data = _add_metadata(buf.getvalue(), metadata_props(loaded.config, info))
+    inputs = [
+        ((torch.rand(1, 3, h, w, generator=gen) * 255 - 127.5) * 0.007843).numpy() for _ in range(2)
+    ]
+
+    def reference(x: np.ndarray) -> list[np.ndarray]:
+        with torch.no_grad():
+            return [t.numpy() for t in adapter(torch.from_numpy(x))]
+
+    return onnx_to_paddle(
+        data, out, inputs=inputs, reference=reference, source=loaded.source, tolerance=tolerance
+    )
+
+
+class PaddleContestRunner:
+    """A contest-layout Paddle folder as the scorer's model: contest batch in, (boxes,
+    scores) torch tensors out, one image at a time (the folder is traced at batch 1)."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.predictor = PaddlePredictor(folder)
+
+    def __call__(self, x: Any) -> tuple[Any, Any]:
+        import torch
+
+        outs = [self.predictor.run(x[i : i + 1].cpu().numpy()) for i in range(x.shape[0])]
+        boxes = torch.from_numpy(np.concatenate([o[0] for o in outs]))
+        scores = torch.from_numpy(np.concatenate([o[1] for o in outs]))
+        return boxes, scores
