@@ -50,9 +50,16 @@ def test_malicious_pickle_runs_nothing(tmp_path: Path, exploit: type) -> None:
     with pytest.raises(PdparamsError, match=r"evil\.pdparams: unsafe .*refused global"):
         read_pdparams(bad)
     assert not marker.exists()
-    # the same through the command's function: one error, nothing written, nothing run
-    with pytest.raises(ClearsightError, match="refused global"):
-        import_paddle(bad, "rescan", tmp_path / "out")
+    # the same through the command: a one-line error, exit 1, nothing written, nothing run
+    from typer.testing import CliRunner
+
+    from clearsight.cli import app
+
+    res = CliRunner().invoke(
+        app, ["import", "paddle", str(bad), "--arch", "rescan", "-o", str(tmp_path / "out")]
+    )
+    assert res.exit_code == 1 and "refused global" in res.output, res.output
+    assert "Traceback" not in res.output
     assert not marker.exists() and not (tmp_path / "out").exists()
 
 
