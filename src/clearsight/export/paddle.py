@@ -64,8 +64,10 @@ class PaddleExport:
 
 def _need_paddle() -> None:
     try:
-        import paddle  # noqa: F401
-        import x2paddle  # noqa: F401
+        with warnings.catch_warnings():  # Paddle's import warns that ccache is missing
+            warnings.simplefilter("ignore")
+            import paddle  # noqa: F401
+            import x2paddle  # noqa: F401
     except ImportError as exc:
         raise ClearsightError(
             f"--format paddle needs Paddle and x2paddle ({exc.name} is not installed): "
