@@ -16,12 +16,14 @@ from clearsight.errors import ClearsightError
 if TYPE_CHECKING:
     from clearsight.artifact import LoadedModel
     from clearsight.compress.prune import PruneResult
+    from clearsight.convert.paddle_import import ImportResult
     from clearsight.detection.evaluate import DetectionEvalResult
     from clearsight.engine.compare import Comparison
     from clearsight.engine.evaluate import EvalResult, ImageResult, ImagesHook
     from clearsight.engine.inference import Restorer
     from clearsight.engine.trainer import TrainResult
     from clearsight.export.onnx import ParityResult
+    from clearsight.export.paddle import PaddleExport
 
 
 def load_model(ref: str | os.PathLike[str], device: str = "cpu", seed: int = 0) -> LoadedModel:
@@ -236,6 +238,8 @@ def export_onnx(
     from clearsight.out_paths import check_output_file
 
     fmt = check_format(fmt)
+    if fmt != "onnx":
+        raise ClearsightError(f"export_onnx writes ONNX; for {fmt!r} use export_{fmt}")
     target = check_output_file(out or default_output(str(model), fmt, layout), "export output")
     loaded = load_model(model)
     return export_loaded(loaded, target, layout=layout)
@@ -296,3 +300,38 @@ def prune(
     data = {"model": str(model), "output": str(path), **result.to_dict()}
     atomic_write_text(json_path, json.dumps(data, indent=2) + "\n")
     return path, result
+
+
+def export_paddle(
+    model: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
+) -> PaddleExport:
+    """Export `model` (any `load_model` reference, an `.onnx` file with clearsight metadata
+    included) as a Paddle inference folder, parity-checked with Paddle Inference on the CPU
+    (docs/export.md); default folder MODEL.paddle."""
+    from clearsight.export.onnx import default_output
+    from clearsight.export.paddle import export_paddle as export_loaded
+    from clearsight.out_paths import check_output_folder
+
+    target = check_output_folder(out or default_output(str(model), "paddle"), "export output")
+    return export_loaded(load_model(model), target)
+
+
+def import_paddle(
+    weights: str | os.PathLike[str],
+    architecture: str,
+    out: str | os.PathLike[str],
+    *,
+    sets: dict[str, object] | None = None,
+    name: str | None = None,
+) -> ImportResult:
+    """A Paddle `.pdparams` state dict as a clearsight artifact at `out` (read without Paddle,
+    nothing in the pickle runs; docs/paddle.md). Returns the `ImportResult`."""
+    from clearsight.convert.paddle_import import import_paddle as run_import
+    from clearsight.out_paths import check_output_file, check_output_folder
+
+    target = Path(out)
+    if target.suffix == ".safetensors":
+        check_output_file(target, "import output")
+    else:
+        check_output_folder(target, "import output")
+    return run_import(weights, architecture, target, sets=sets, name=name)

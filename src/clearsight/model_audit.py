@@ -285,6 +285,11 @@ def check_structure(
             problems.append(f"one parameter registered as {' and '.join(names)}")
     for event in reassigned:
         problems.append(f"submodule assigned twice while building, first one lost: {event}")
+    for names in identical_modules(model):
+        problems.append(
+            f"{' and '.join(names)} hold identical weights (one block copied into another's "
+            "place, e.g. a block lost to a reused name and filled from its twin)"
+        )
     # used in forward?
     called: set[int] = set()
     hooks = [
@@ -353,6 +358,35 @@ def check_structure(
         True,
         "no shared or reassigned modules, every parameter used; " + ", ".join(notes),
     )
+
+
+def identical_modules(model: nn.Module) -> list[list[str]]:
+    """Groups of distinct same-type modules whose parameters are all equal, outermost only.
+
+    Trained or randomly initialised blocks never coincide; equal ones mean weights copied
+    from one block into another (what importing a model that lost a block to a reused
+    attribute name does). Modules whose parameters are each constant (an initial scale of
+    0.1, bandpass weights of 1) are skipped: they coincide legitimately before training.
+    """
+    groups: list[tuple[nn.Module, list[str]]] = []
+    for name, mod in model.named_modules():
+        params = list(mod.parameters())
+        if not name or all(p.numel() < 2 or bool((p == p.flatten()[0]).all()) for p in params):
+            continue
+        for first, names in groups:
+            other = list(first.parameters())
+            if (
+                type(first) is type(mod)
+                and [p.shape for p in other] == [p.shape for p in params]
+                and all(torch.equal(a, b) for a, b in zip(other, params, strict=True))
+            ):
+                names.append(name)
+                break
+        else:
+            groups.append((mod, [name]))
+    found = [names for _, names in groups if len(names) > 1]
+    tops = {n for names in found for n in names}
+    return [names for names in found if not any(n.startswith(t + ".") for n in names for t in tops)]
 
 
 def _traced_forward(model: nn.Module, x: torch.Tensor, trace: list[Any]) -> torch.Tensor:
@@ -525,7 +559,25 @@ def _audit_model(
     run("structure", lambda m: check_structure(m, x, config, reassigned))
     run("preprocessing", lambda m: check_preprocessing(m, config, x))
     run("two optimizer steps", lambda m: check_two_steps(m, x))
+    apply_findings(report, (config.provenance.get("findings") if config else None) or [])
     return report
+
+
+def apply_findings(report: AuditReport, findings: list[dict[str, str]]) -> None:
+    """Fail the check each recorded finding belongs to (an importer's view of the source
+    model's own bugs, e.g. `clearsight import paddle`: docs/paddle.md), with its detail."""
+    for f in findings:
+        if not isinstance(f, dict):
+            continue
+        name, detail = str(f.get("check", "structure")), str(f.get("detail", ""))
+        check = next((c for c in report.checks if c.name == name), None)
+        if check is None:
+            report.checks.append(CheckResult(name, False, f"imported weights: {detail}"))
+        elif check.passed:
+            check.passed = False
+            check.details = f"imported weights: {detail} (the module as built: {check.details})"
+        else:
+            check.details = f"imported weights: {detail}; {check.details}"
 
 
 def audit(ref: str, *, size: int = DEFAULT_SIZE, seed: int = 0) -> AuditReport:

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "audit",
     "export",
     "compress",
+    "imports",
     "serve",
 )
 for _name in COMMAND_MODULES:  # each registers its commands on `app`, in this order

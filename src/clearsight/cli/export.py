@@ -12,15 +12,23 @@ from rich.table import Table
 
 from clearsight.cli._app import app, console, err_console, friendly
 from clearsight.cli._options import SkipExistingOpt
+from clearsight.errors import ClearsightError
 
 
 @app.command("export")
 @friendly
 def export_cmd(
     model: Annotated[str, typer.Argument(help="Artifact path, bundled model or architecture.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="Export format: onnx.")] = "onnx",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="Export format: onnx or paddle.")
+    ] = "onnx",
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Output file (default: MODEL.onnx).")
+        Path | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Output file, or folder for paddle (default: MODEL.onnx, MODEL.paddle).",
+        ),
     ] = None,
     skip_existing: SkipExistingOpt = False,
     layout: Annotated[
@@ -32,15 +40,34 @@ def export_cmd(
         ),
     ] = None,
 ) -> None:
-    """Export MODEL (opset 17, dynamic batch, config in the metadata), parity-checked."""
+    """Export MODEL (ONNX: opset 17, dynamic H and W, config in the metadata; paddle: a
+    Paddle inference folder), parity-checked."""
     from clearsight.api import export_onnx
     from clearsight.export.onnx import check_format, default_output
     from clearsight.export.onnx_detect import check_layout
 
+    fmt = check_format(fmt)
     layout = None if layout is None else check_layout(layout)
-    target = out or default_output(model, check_format(fmt), layout)
-    if skip_existing and target.is_file():
+    if fmt == "paddle" and layout is not None:
+        raise ClearsightError("--layout applies to --format onnx only")
+    target = out or default_output(model, fmt, layout)
+    if skip_existing and target.exists():
         console.print(f"{target} exists, skipped (--skip-existing)", highlight=False)
+        return
+    if fmt == "paddle":
+        from clearsight.api import export_paddle
+
+        result = export_paddle(model, target)
+        console.print(
+            "parity (Paddle Inference vs the reference at "
+            + ", ".join(f"{h}x{w}" for h, w in result.sizes)
+            + f"): max abs difference {result.max_abs_diff:.3g}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for r in result.rewrites:
+            console.print(f"ONNX rewrite before x2paddle: {r}", highlight=False, soft_wrap=True)
+        console.print(f"wrote {result.path}/", highlight=False)
         return
     path, parity = export_onnx(model, target, fmt, layout=layout)
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)

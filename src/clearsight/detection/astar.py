@@ -374,6 +374,7 @@ def astar_score(
     *,
     limit: int | None = None,
     device: str = "cpu",
+    runner: Any = None,
     **quirks: Any,
 ) -> AstarResult:
     """Score a clearsight detector (a name, path or `LoadedModel`) as the contest did on
@@ -381,6 +382,9 @@ def astar_score(
 
     Keyword arguments override `AstarQuirks` fields (e.g. `drop_last_single=False`);
     `limit` scores only the first N images (a quick check, not a contest figure).
+    `runner` (contest batch -> boxes, scores) replaces the PyTorch adapter for the outputs,
+    e.g. the exported Paddle model (`export.paddle.PaddleContestRunner`); MAdds are still
+    counted on the adapter, the same graph.
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -408,7 +412,7 @@ def astar_score(
         arrays, sizes = [a for a, _ in loaded], [sz for _, sz in loaded]
         x = torch.from_numpy(np.stack(arrays)).to(device)
         with torch.no_grad():
-            boxes, scores = run(x)
+            boxes, scores = (runner or run)(x)
         boxes_np = boxes.float().cpu().numpy()
         scores_np = scores.float().cpu().numpy()
         for im, (w, h), b, s in zip(batch, sizes, boxes_np, scores_np, strict=True):

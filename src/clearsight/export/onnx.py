@@ -59,7 +59,7 @@ from clearsight.onnx_meta import (
 )
 from clearsight.preprocess import pad_to_multiple
 
-FORMATS = ("onnx",)
+FORMATS = ("onnx", "paddle")  # paddle: export/paddle.py
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))
 PARITY_SIZES_QUICK: tuple[tuple[int, int], ...] = ((64, 96), (67, 93))
 

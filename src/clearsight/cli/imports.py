@@ -1,0 +1,57 @@
+"""`clearsight import paddle`: other frameworks' weights into a clearsight artifact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from clearsight.cli._app import app, console, friendly
+
+import_app = typer.Typer(
+    help="Import weights trained in another framework as a clearsight artifact.",
+    no_args_is_help=True,
+)
+app.add_typer(import_app, name="import")
+
+
+@import_app.command("paddle")
+@friendly
+def import_paddle_cmd(
+    weights: Annotated[Path, typer.Argument(help="Paddle state dict (.pdparams).")],
+    arch: Annotated[
+        str,
+        typer.Option(
+            "--arch", help="Architecture: mbcnn, mbcnn-light, rescan, ssd-mobilenet-v1, yolox-nano."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Artifact folder or .safetensors file.")],
+    sets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="key=value: an architecture argument (n_filters=32) or an import option "
+            "(bn_eps=1e-5, lost_blocks=refuse|share). Repeatable.",
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Model name to record.")] = None,
+) -> None:
+    """Read WEIGHTS without Paddle (a restricted unpickler: nothing in the file runs), map
+    every name and layout to ARCH, check every shape, and save an artifact."""
+    from clearsight.api import import_paddle
+    from clearsight.convert.paddle_import import parse_sets
+
+    result = import_paddle(weights, arch, out, sets=parse_sets(sets), name=name)
+    console.print(
+        f"imported {result.tensors} tensors from {weights.name} as {result.architecture} "
+        f"{result.arch_args}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for f in result.findings:
+        console.print(f"[yellow]finding ({f['check']}):[/] {escape(f['detail'])}", highlight=False)
+    if result.findings:
+        console.print(f"run `clearsight audit {escape(str(result.path))}` to see them checked")
+    console.print(f"wrote {result.path}", highlight=False)
