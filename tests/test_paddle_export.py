@@ -133,6 +133,7 @@ def test_a_detector_onnx_file_converts(tmp_path: Path) -> None:
     model = build_model("yolox-nano", num_classes=3).eval()
     data = _onnx(model, torch.rand(1, 3, 64, 64), dynamic=False)
     info = {"format_version": 1, "outputs": ["output"], "main_output": "output"}
+    info |= {"layout": "decoded", "input_size": [64, 64], "num_classes": 3}
     config = make_config(model, "yolox-nano", {"num_classes": 3})
     (tmp_path / "det.onnx").write_bytes(_add_metadata(data, metadata_props(config, info)))
     result = export_paddle(tmp_path / "det.onnx", tmp_path / "det.paddle")

@@ -272,11 +272,12 @@ def export_paddle(
     import torch
 
     from clearsight.engine.ort_backend import OrtModel
+    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.models.contract import as_restoration_model
     from clearsight.preprocess import pad_to_multiple
 
     _need_paddle()
-    if isinstance(loaded.model, OrtModel):
+    if isinstance(loaded.model, OrtModel | OrtDetector):
         return _export_onnx_model(loaded, out, parity_sizes, tolerance)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -308,7 +309,8 @@ def _export_onnx_model(
     """An ONNX file given as MODEL: ONNX Runtime is the reference; a graph input with a fixed
     H and W (a detector's) is fed that size with two different images."""
     ort_model = loaded.model
-    data = ort_model._model_data  # type: ignore[union-attr]
+    # OrtModel keeps the file's path or bytes as _model_data, OrtDetector as model_data
+    data = getattr(ort_model, "_model_data", None) or ort_model.model_data  # type: ignore[union-attr]
     data = Path(data).read_bytes() if not isinstance(data, bytes) else data
     session = ort_model.session  # type: ignore[union-attr]
     shape = session.get_inputs()[0].shape
