@@ -97,18 +97,19 @@ class Detector:
         self.device = torch.device(device)
         self.model = loaded.model.to(self.device).eval()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
-        num_classes = getattr(self.model, "num_classes", None)
+        # labels, not class outputs: SSD's background output has no label (and no class id)
+        num_labels = getattr(self.model, "num_labels", getattr(self.model, "num_classes", None))
         ids = cfg.class_ids
         names = cfg.class_names
         if ids is None:
-            n = int(num_classes) if num_classes is not None else 0
+            n = int(num_labels) if num_labels is not None else 0
             ids = list(range(n))
         if names is None:
             names = [f"class {i}" for i in ids]
-        if num_classes is not None and len(ids) != num_classes:
+        if num_labels is not None and len(ids) != num_labels:
             raise ClearsightError(
                 f"{loaded.source}: class_ids lists {len(ids)} classes, the model predicts "
-                f"{num_classes}"
+                f"{num_labels}"
             )
         self.class_ids, self.class_names = list(ids), list(names)
 

@@ -229,6 +229,12 @@ class DetectionModel(nn.Module):
     input_size: tuple[int, int]
     num_classes: int
 
+    @property
+    def num_labels(self) -> int:
+        """Contiguous labels `postprocess` emits (the artifact's `class_ids` has one per
+        label): `num_classes`, less one where a background output is counted in it (SSD)."""
+        return self.num_classes
+
     def decode(self, raw: Any) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__} does not implement decode()")
 

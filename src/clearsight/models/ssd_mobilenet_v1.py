@@ -150,6 +150,19 @@ def decode_boxes(encodings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor
     return torch.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], dim=-1)
 
 
+def encode_boxes(boxes: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Normalized (x0, y0, x1, y1) boxes against anchors (yc, xc, h, w) -> encodings
+    (ty, tx, th, tw): the inverse of `decode_boxes` (training targets)."""
+    sy, sx, sh, sw = BOX_CODER_SCALES
+    ya, xa, ha, wa = anchors.unbind(-1)
+    x0, y0, x1, y1 = boxes.unbind(-1)
+    h = (y1 - y0).clamp_min(1e-8)
+    w = (x1 - x0).clamp_min(1e-8)
+    ty = ((y0 + y1) / 2 - ya) / ha * sy
+    tx = ((x0 + x1) / 2 - xa) / wa * sx
+    return torch.stack([ty, tx, torch.log(h / ha) * sh, torch.log(w / wa) * sw], dim=-1)
+
+
 class SSDMobileNetV1(DetectionModel):
     """SSD-MobileNet-v1 (TF Object Detection API layout); see the module docstring."""
 
@@ -191,6 +204,11 @@ class SSDMobileNetV1(DetectionModel):
         fm = tuple([sizes[4]] + [math.ceil(sizes[4] / 2 ** (i + 1)) for i in range(5)])
         self.feature_map_sizes = fm
         self.register_buffer("anchors", ssd_anchor_boxes(fm), persistent=False)
+
+    @property
+    def num_labels(self) -> int:
+        """Labels `postprocess` emits: the class outputs less the background at index 0."""
+        return self.num_classes - 1
 
     def features(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The six feature maps the heads read."""
