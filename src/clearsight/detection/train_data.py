@@ -133,8 +133,11 @@ class CocoDetectionDataset(Dataset[tuple[torch.Tensor, Target]]):
         if self.augment:
             image, boxes, labels = self._augment(image, boxes, labels, index)
         x, transform = prepare(image, self.spec)
-        b = transform.boxes_to_input(torch.from_numpy(boxes).reshape(-1, 4))
-        return x, {"boxes": b.float(), "labels": torch.from_numpy(labels).long()}
+        b = transform.boxes_to_input(torch.from_numpy(boxes).reshape(-1, 4)).float()
+        h, w = transform.input_size  # scaling can round a border box a hair past the edge
+        b[:, 0::2] = b[:, 0::2].clamp(0, w)
+        b[:, 1::2] = b[:, 1::2].clamp(0, h)
+        return x, {"boxes": b, "labels": torch.from_numpy(labels).long()}
 
     def _augment(
         self, image: np.ndarray, boxes: np.ndarray, labels: np.ndarray, index: int

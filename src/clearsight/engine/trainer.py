@@ -533,8 +533,8 @@ class _Run:
             },
         }
         if self.detect is not None:
-            name = f"{self.cfg.model.arch}-{self.run_dir.name}"
-            cfg = self.detect.config(model, self.cfg, provenance=prov, name=name)
+            title = f"{self.cfg.model.arch}-{self.run_dir.name}"
+            cfg = self.detect.config(model, self.cfg, provenance=prov, name=title)
         else:
             assert self.preset is not None
             cfg = make_config(
