@@ -94,7 +94,7 @@ class ScheduleConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan | mbcnn | multibox (SSD)
+    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan | mbcnn | multibox (SSD) | yolox
     eps: float = 1e-3  # charbonnier
 
 
@@ -153,7 +153,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.cache": ("memory", "none"),
     "optim.name": ("adam", "adamw"),
     "schedule.name": ("multistep", "cosine"),
-    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn", "multibox"),
+    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn", "multibox", "yolox"),
     "train.amp": ("auto", "bf16", "off"),
     "train.memory_format": ("auto", "channels_last", "contiguous"),
 }

@@ -215,11 +215,11 @@ class SSDMobileNetV1(DetectionModel):
         The batch norms are folded into the convolutions here, so nothing rescales the
         activations: PyTorch's default init shrinks them layer by layer until the heads see
         almost nothing of the image. He-normal weights (fan-in, ReLU gain) keep their scale.
-        The class head starts at "background, nothing else" (sigmoid scores: background
-        1 - prior, each class prior), as sigmoid detection heads are initialized (RetinaNet):
-        at zero logits every anchor would score 0.5 for every class, and hard negative
-        mining, which trains only 3 negatives per positive a step, takes long to push the
-        rest down."""
+        The class head starts every sigmoid score at `prior`, as sigmoid detection heads are
+        initialized (RetinaNet): at zero logits every anchor would score 0.5 for every class,
+        and hard negative mining, which trains only 3 negatives per positive a step, takes
+        long to push the rest down. (The background column, which the loss and the
+        post-processing ignore, starts there too, where the converted model has it.)"""
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
@@ -227,10 +227,8 @@ class SSDMobileNetV1(DetectionModel):
         for head in (*self.box_heads, *self.class_heads):
             nn.init.normal_(head.weight, std=0.01)
         logit = math.log((1 - prior) / prior)
-        for head, a in zip(self.class_heads, self.boxes_per_location, strict=True):
-            bias = head.bias.view(a, self.num_classes)
-            bias.fill_(-logit)
-            bias[:, 0] = logit
+        for head in self.class_heads:
+            head.bias.fill_(-logit)
 
     @property
     def num_labels(self) -> int:
