@@ -29,6 +29,7 @@ from clearsight.engine.train_config import TrainConfigError, load_config
 from clearsight.engine.trainer import train
 from clearsight.models.registry import build_model, get_spec
 from clearsight.models.ssd_mobilenet_v1 import decode_boxes, encode_boxes
+from clearsight.zoo import resolve_model
 from tests.detect_train_utils import make_rectangles, ssd_config, ssd_raw
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,25 +221,28 @@ def test_unknown_category_is_named(rects: Path, tmp_path: Path) -> None:
 
 # -- the shipped fine-tuning config -------------------------------------------------------------
 @pytest.mark.realdata
-def test_finetune_config_runs_a_step_from_the_bundled_ssd(
-    shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("config", "bundled"),
+    [
+        ("ssd-mobilenet-v1-finetune", "ssd-mobilenet-v1-coco"),
+        ("yolox-nano-finetune", "default-detect"),
+    ],
+)
+def test_finetune_configs_run_a_step_from_the_bundled_model(
+    config: str, bundled: str, shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not (shared_data / "detection" / "coco128").is_dir():
         pytest.skip("coco128 not present")
-    monkeypatch.chdir(REPO)  # the config's data paths are relative to the checkout
+    monkeypatch.chdir(REPO)  # the configs' data paths are relative to the checkout
     cfg = load_config(
-        REPO / "configs" / "ssd-mobilenet-v1-finetune.yaml",
+        REPO / "configs" / f"{config}.yaml",
         ["train.steps=1", "data.batch_size=2", "val.max_images=2", 'train.amp="off"'],
     )
     res = train(cfg, tmp_path, progress=False)
-    loaded = load_artifact(tmp_path / "last")
-    assert loaded.config.class_ids == list(range(1, 91))
-    assert (
-        loaded.config.preprocess
-        == load_artifact(
-            REPO / "src/clearsight/assets/models/ssd-mobilenet-v1-coco"
-        ).config.preprocess
-    )
+    loaded, reference = load_artifact(tmp_path / "last"), resolve_model(bundled)
+    assert loaded.config.class_ids == reference.config.class_ids
+    assert loaded.config.class_names == reference.config.class_names
+    assert loaded.config.preprocess == reference.config.preprocess
     assert np.isfinite(res.last_loss) and "AP" in res.val_metrics
 
 

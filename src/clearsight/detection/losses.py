@@ -139,8 +139,9 @@ class MultiboxLoss(nn.Module):
     def forward(
         self, outputs: tuple[torch.Tensor, torch.Tensor], inputs: Any, targets: Sequence[Target]
     ) -> torch.Tensor:
-        encodings, logits = outputs
-        anchors = self.model[0].anchors.to(encodings.dtype)
+        # float32 whatever the autocast: matching and encoded targets need the precision
+        encodings, logits = outputs[0].float(), outputs[1].float()
+        anchors = self.model[0].anchors.float()
         with torch.no_grad():
             enc_t, cls_t, pos = self.targets(targets, anchors)
         onehot = F.one_hot(cls_t, logits.shape[-1])[..., 1:].to(logits.dtype)
@@ -239,6 +240,7 @@ class YoloxLoss(nn.Module):
         self, outputs: torch.Tensor, inputs: torch.Tensor, targets: Sequence[Target]
     ) -> torch.Tensor:
         model = self.model[0]
+        outputs = outputs.float()  # float32 whatever the autocast (box decoding, matching)
         h, w = inputs.shape[-2:]
         boxes = model.decode_boxes(outputs, (int(h), int(w)))  # [N, A, 4] xyxy pixels
         centers, strides = _yolox_grid(model.strides, int(h), int(w), outputs)
