@@ -303,3 +303,38 @@ def test_yolox_trains_through_the_trainer(rects: Path, tmp_path: Path) -> None:
     # from scratch, without its batch norms, YOLOX-Nano learns slowly: the loss falls, AP
     # on the batch stays low this early (it is meant to be fine-tuned from the converted model)
     assert res.last_loss < 0.85 * res.first_loss and res.overfit_ap is not None
+
+
+def _ddp_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
+    from tests.test_train_ddp import _join, _save_result
+
+    _join(rank, world, port)
+    cfg = ssd_config(Path(data), train={"steps": 4, "ema_decay": 0.5, "device": "cpu"})
+    _save_result(train(cfg, Path(out) / "run", progress=False), out, rank)
+
+
+def test_two_ranks_train_a_detector_to_identical_weights(rects: Path, tmp_path: Path) -> None:
+    import torch.multiprocessing as mp
+
+    from tests.test_train_ddp import _free_port
+
+    ctx = mp.start_processes(
+        _ddp_worker,
+        args=(2, _free_port(), str(rects), str(tmp_path)),
+        nprocs=2,
+        join=False,
+        start_method="spawn",
+    )
+    for _ in range(120):
+        if ctx.join(timeout=1):
+            break
+    else:
+        for p in ctx.processes:
+            p.kill()
+        pytest.fail("data-parallel detection training did not finish in 120 s")
+    a = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    b = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    for key, value in a["state"].items():
+        assert torch.equal(value, b["state"][key]), key
+    assert a["val"] == b["val"] and set(a["val"]) == {"AP", "AP50", "AP75"}
+    assert (tmp_path / "run" / "best" / "config.json").is_file()
