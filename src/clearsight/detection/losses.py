@@ -5,7 +5,7 @@
 `class_ids` order), as `data.coco_detection` yields them.
 
 `multibox`: SSD's loss as the TF Object Detection API's ssd_mobilenet_v1 COCO configs train the
-model that `ssd-mobilenet-v1-coco` was converted from (docs/training.md, "Training detectors"):
+model that `ssd-mobilenet-v1-coco` was converted from (README, "Training detectors"):
 
 - matching (ArgMaxMatcher): each anchor takes the ground-truth box it overlaps most; it is a
   positive at IoU >= 0.5, else background; then every ground-truth box also claims its own
