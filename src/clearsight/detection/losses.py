@@ -2,7 +2,7 @@
 
 `outputs` is the model's raw forward output, `targets` one dict per image with `boxes`
 ([K, 4] xyxy in network-input pixels) and `labels` ([K] contiguous labels, the artifact's
-`class_ids` order), as `data.coco_detection` yields them.
+`class_ids` order), as `detection.train_data` yields them.
 
 `multibox`: SSD's loss as the TF Object Detection API's ssd_mobilenet_v1 COCO configs train the
 model that `ssd-mobilenet-v1-coco` was converted from (README, "Training detectors"):
@@ -23,8 +23,11 @@ model that `ssd-mobilenet-v1-coco` was converted from (README, "Training detecto
   additional NMS among mined boxes at IoU 0.99 only drops near-duplicates and is left out);
 - both terms are summed and divided by the number of positives in the batch.
 
+`yolox`: YOLOX's loss with SimOTA assignment (`YoloxLoss`, `simota_assign`).
+
 Written here because torchvision's SSD loss is softmax-based with a different box coder and
-matcher; the API's loss is what the converted weights were trained with.
+matcher, and no maintained library ships YOLOX's assignment apart from its training code;
+the losses must be the ones the converted weights were trained with.
 """
 
 from __future__ import annotations
