@@ -27,7 +27,11 @@ def train_cmd(
     ] = None,
     overfit_batch: Annotated[
         bool,
-        typer.Option("--overfit-batch", help="Train on one batch; fail if the loss won't fall."),
+        typer.Option(
+            "--overfit-batch",
+            help="Train on one batch; fail if the loss won't fall (a detector: if its AP on "
+            "the batch stays below 0.9).",
+        ),
     ] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
@@ -50,6 +54,17 @@ def train_cmd(
     if overfit_batch:
         first, last = result.first_loss, result.last_loss
         console.print(f"overfit one batch: first loss {first:.6g}, last loss {last:.6g}")
+        if result.overfit_ap is not None:
+            from clearsight.engine.detect_train import OVERFIT_AP
+
+            console.print(f"COCO AP on that batch: {result.overfit_ap:.4f}", highlight=False)
+            if not result.overfit_ok:
+                raise ClearsightError(
+                    f"AP on the batch trained on stayed below {OVERFIT_AP:g} after "
+                    f"{result.steps} steps: check the loss, the targets and the learning rate"
+                )
+            console.print("[green]ok:[/] near-perfect AP on its batch", highlight=False)
+            return
         if not result.overfit_ok:
             raise ClearsightError(
                 f"the loss did not fall below {OVERFIT_MARGIN:g} x its first value in "

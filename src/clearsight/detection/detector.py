@@ -107,20 +107,19 @@ class Detector:
         if isinstance(self.model, OrtDetector):
             self.model.check_runs_as_detector()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
-        num_classes = getattr(self.model, "num_classes", None)
+        # labels, not class outputs: SSD's background output has no label (and no class id)
+        num_labels = getattr(self.model, "num_labels", getattr(self.model, "num_classes", None))
         ids = cfg.class_ids
         names = cfg.class_names
         if ids is None:
-            n = int(num_classes) if num_classes is not None else 0
+            n = int(num_labels) if num_labels is not None else 0
             ids = list(range(n))
         if names is None:
             names = [f"class {i}" for i in ids]
-        # num_classes counts the class outputs; SSD's include a background column that its
-        # postprocess drops, so its labels (and class_ids) are one fewer
-        if num_classes is not None and len(ids) not in (num_classes, num_classes - 1):
+        if num_labels is not None and len(ids) != num_labels:
             raise ClearsightError(
                 f"{loaded.source}: class_ids lists {len(ids)} classes, the model predicts "
-                f"{num_classes}"
+                f"{num_labels}"
             )
         self.class_ids, self.class_names = list(ids), list(names)
 

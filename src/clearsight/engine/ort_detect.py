@@ -71,6 +71,11 @@ class OrtDetector(DetectionModel):
             self._reference = model.eval()
         return self._reference
 
+    @property
+    def num_labels(self) -> int:
+        """The architecture's own count (SSD: its background output is not a label)."""
+        return self.reference.num_labels
+
     def run_all(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every graph output for the preprocessed batch `x`, by name."""
         arr = np.ascontiguousarray(x.detach().to("cpu", torch.float32).numpy())

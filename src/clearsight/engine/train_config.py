@@ -68,6 +68,9 @@ class DataConfig:
     cache: str = "memory"  # memory | none
     seed: int = 0
     repeat: int = 1
+    augment: bool = True
+    """Detection: the joint image-box augmentation (photometric, IoU crop, flip). Restoration
+    data always take their crop/flip/rotation draw."""
 
 
 @dataclass
@@ -91,7 +94,7 @@ class ScheduleConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan | mbcnn
+    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan | mbcnn | multibox (SSD) | yolox
     eps: float = 1e-3  # charbonnier
 
 
@@ -154,7 +157,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.cache": ("memory", "none"),
     "optim.name": ("adam", "adamw"),
     "schedule.name": ("multistep", "cosine"),
-    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn"),
+    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn", "multibox", "yolox"),
     "train.amp": ("auto", "bf16", "off"),
     "train.memory_format": ("auto", "channels_last", "contiguous"),
     "train.compile": ("auto", "on", "off"),

@@ -14,6 +14,9 @@ architectures that measured faster so (`train.memory_format: auto`, the model's
 `prefers_channels_last`), and `train.amp: auto` turns bf16 autocast on only where the device
 computes bf16 natively (`choose_amp`); the first log line of a run says what was chosen.
 
+Detectors (architectures registered with task "detect") train through the same loop; their
+data, loss, validation (COCO AP) and label map come from `engine/detect_train.py`.
+
 Under `torchrun` (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel (gloo on
 CPU, NCCL on GPU), `data.batch_size` is split across ranks, and only rank 0 writes files.
 """
@@ -38,10 +41,11 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from clearsight.artifact import LoadedModel, make_config, save_artifact
+from clearsight.artifact import LoadedModel, ModelConfig, make_config, save_artifact
 from clearsight.atomic import atomic_write_text, sweep_leftovers
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
+from clearsight.engine import detect_train
 from clearsight.engine.checkpoint import (
     CHECKPOINT_FILE,
     CheckpointError,
@@ -105,6 +109,8 @@ class TrainResult:
     rollbacks: int = 0
     lr_scale: float = 1.0
     overfit_ok: bool | None = None
+    overfit_ap: float | None = None
+    """Detectors with --overfit-batch: COCO AP on the batch trained on."""
     model: nn.Module | None = field(default=None, repr=False)
     """The trained weights in memory (the EMA copy when EMA is on), on every rank."""
 
@@ -259,6 +265,7 @@ class _BatchStream:
             num_workers=workers,
             drop_last=True,
             persistent_workers=workers > 0,
+            collate_fn=getattr(ds, "collate_fn", None),  # detection: per-image box lists
         )
         self.epoch, self.position, self._it = 0, 0, None
 
@@ -298,8 +305,9 @@ def _ema_update(ema: nn.Module, model: nn.Module, decay: float) -> None:
             e.copy_(p)
 
 
-def _init_from(model: nn.Module, cfg: TrainConfig) -> None:
+def _init_from(model: nn.Module, cfg: TrainConfig) -> ModelConfig:
     """Fill `model` from the artifact `model.init` (fine-tuning); refuse a different model.
+    Returns the artifact's config (a detector keeps its label map and preprocessing).
 
     A pruned artifact (its config records narrowed `widths`) first narrows `model` to its
     widths, so `clearsight train` fine-tunes it (recovery after pruning; docs/compress.md).
@@ -330,6 +338,7 @@ def _init_from(model: nn.Module, cfg: TrainConfig) -> None:
         model.load_state_dict(loaded.model.state_dict(), strict=True)
     except RuntimeError as exc:
         raise TrainConfigError(f"model.init: {init} does not fit the model: {exc}") from None
+    return loaded.config
 
 
 def _open_data(cfg: TrainConfig, root: str, train: bool) -> Any:
@@ -352,7 +361,10 @@ def _open_data(cfg: TrainConfig, root: str, train: bool) -> Any:
 def data_hash(ds: Any) -> str:
     """sha256 of the sorted (relative path, size) list: names which files were trained on."""
     root = Path(getattr(ds, "root", "."))
-    files = sorted({f for p in ds.pairs for f in (p.input, p.target)})
+    if hasattr(ds, "files"):  # detection: the annotation file and the images
+        files = sorted(set(ds.files()))
+    else:
+        files = sorted({f for p in ds.pairs for f in (p.input, p.target)})
     h = hashlib.sha256()
     for f in files:
         rel = os.path.relpath(f, root) if root != Path(".") else str(f)
@@ -370,10 +382,14 @@ class _Run:
         self.ckpt_path = run_dir / CHECKPOINT_FILE
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model.arch, **cfg.model.args).to(d.device)
-        if cfg.model.init:
-            _init_from(self.model, cfg)
+        init = _init_from(self.model, cfg) if cfg.model.init else None
         self.spec = get_spec(cfg.model.arch)
         self.speed = speed_settings(t, self.model, d.device)
+        self.detect = (
+            detect_train.detection_setup(self.model, cfg, init)
+            if self.spec.task == "detect"
+            else None
+        )
         self.memory_format = (
             torch.channels_last if self.speed.channels_last else torch.contiguous_format
         )
@@ -391,26 +407,48 @@ class _Run:
             betas=tuple(cfg.optim.betas),
             weight_decay=cfg.optim.weight_decay,
         )
-        self.loss_fn = build_loss(
-            cfg.loss.name,
-            eps=cfg.loss.eps,
-            residual=bool(getattr(self.model, "predicts_residual", False)),
+        self.loss_fn = (
+            detect_train.build_detection_loss(cfg.loss.name, self.model)
+            if self.detect is not None
+            else build_loss(
+                cfg.loss.name,
+                eps=cfg.loss.eps,
+                residual=bool(getattr(self.model, "predicts_residual", False)),
+            )
         )
-        self.train_ds = _open_data(cfg, cfg.data.train, True)
+        self.train_ds = self._open_data(cfg.data.train, True)
         if cfg.data.batch_size % d.world:
             raise TrainConfigError(
                 f"data.batch_size: {cfg.data.batch_size} does not split over {d.world} ranks"
             )
         per_rank = cfg.data.batch_size // d.world
         self.stream = _BatchStream(self.train_ds, per_rank, cfg.data.workers, cfg.data.seed, d)
-        self.val_ds = _open_data(cfg, cfg.data.val, False) if cfg.data.val and not overfit else None
-        self.preset = get_preset(cfg.val.preset or self.spec.metric_preset, cfg.val.crop_border)
+        self.val_ds = self._open_data(cfg.data.val, False) if cfg.data.val and not overfit else None
+        self.preset = (
+            get_preset(cfg.val.preset or self.spec.metric_preset, cfg.val.crop_border)
+            if self.detect is None
+            else None
+        )
         self.amp = self.speed.amp
         self.step, self.best, self.val_metrics = 0, -math.inf, {}
         self.nan_skipped, self.nan_streak, self.rollbacks, self.lr_scale = 0, 0, 0, 1.0
         self.data_hash = data_hash(self.train_ds)
         self.log_fh = None
         self.tb = None
+
+    def _open_data(self, root: str, train: bool) -> Any:
+        if self.detect is not None:
+            return detect_train.open_detection_data(self.cfg, root, self.detect, train)
+        return _open_data(self.cfg, root, train)
+
+    def _batch_to_device(self, inp: torch.Tensor, tgt: Any) -> tuple[torch.Tensor, Any]:
+        """The batch on the device in the model's input space (detection data are already)."""
+        inp = inp.to(self.d.device, non_blocking=True)
+        if self.detect is not None:
+            return inp, detect_train.targets_to(tgt, self.d.device)
+        inp = self.spec.preprocess.to_model(inp).contiguous(memory_format=self.memory_format)
+        tgt = self.spec.preprocess.to_model(tgt.to(self.d.device, non_blocking=True))
+        return inp, tgt.contiguous(memory_format=self.memory_format)
 
     # -- state ----------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -456,11 +494,7 @@ class _Run:
             g["lr"] = lr
         total = torch.zeros((), device=self.d.device)
         for micro in range(t.grad_accum):
-            inp, tgt = batch if batch is not None else self.stream.next()
-            inp = self.spec.preprocess.to_model(inp.to(self.d.device, non_blocking=True))
-            tgt = self.spec.preprocess.to_model(tgt.to(self.d.device, non_blocking=True))
-            inp = inp.contiguous(memory_format=self.memory_format)
-            tgt = tgt.contiguous(memory_format=self.memory_format)
+            inp, tgt = self._batch_to_device(*(batch if batch is not None else self.stream.next()))
             sync = micro == t.grad_accum - 1 or not isinstance(
                 self.net, nn.parallel.DistributedDataParallel
             )
@@ -492,6 +526,16 @@ class _Run:
         """Mean per-image metrics under the preset, images sharded over ranks and reduced."""
         assert self.val_ds is not None
         model = self.export_model()
+        if self.detect is not None:
+            # every rank scores the whole (small) set: no collective to keep in step
+            return detect_train.validate_detector(
+                model,
+                self.detect.config(model, self.cfg),
+                self.val_ds,
+                self.d.device,
+                self.cfg.val.max_images,
+            )
+        assert self.preset is not None
         cfg = make_config(model, self.cfg.model.arch, self.cfg.model.args)
         restorer = Restorer(
             LoadedModel(model, cfg, "training"), InferenceOptions(tile=0, device=str(self.d.device))
@@ -529,15 +573,23 @@ class _Run:
             },
             "steps": self.step,
             "ema": self.ema is not None,
-            "val_metrics": {"preset": self.preset.name, **self.val_metrics},
+            "val_metrics": {
+                "preset": self.preset.name if self.preset else "coco-ap",
+                **self.val_metrics,
+            },
         }
-        cfg = make_config(
-            model,
-            self.cfg.model.arch,
-            self.cfg.model.args,
-            provenance=prov,
-            metric_preset=self.preset.name,
-        )
+        if self.detect is not None:
+            title = f"{self.cfg.model.arch}-{self.run_dir.name}"
+            cfg = self.detect.config(model, self.cfg, provenance=prov, name=title)
+        else:
+            assert self.preset is not None
+            cfg = make_config(
+                model,
+                self.cfg.model.arch,
+                self.cfg.model.args,
+                provenance=prov,
+                metric_preset=self.preset.name,
+            )
         save_artifact(model, self.run_dir / name, cfg)
 
     def log(self, record: dict[str, Any]) -> None:
@@ -625,7 +677,9 @@ class _Run:
                     f"step {self.step}: "
                     + ", ".join(f"{k} {v:.4f}" for k, v in self.val_metrics.items())
                 )
-                score = self.val_metrics.get("score", self.val_metrics.get("psnr", -math.inf))
+                m = self.val_metrics
+                score = m.get("score", m.get("psnr", m.get("AP", -math.inf)))
+                score = score if math.isfinite(score) else -math.inf
                 if score > self.best:
                     self.best = score
                     if self.d.main:
@@ -644,6 +698,10 @@ class _Run:
         res.model = self.export_model()
         if self.overfit and res.first_loss is not None and res.last_loss is not None:
             res.overfit_ok = res.last_loss <= OVERFIT_MARGIN * res.first_loss
+            if self.detect is not None and fixed is not None:
+                inp, tgt = self._batch_to_device(*fixed)
+                res.overfit_ap = detect_train.batch_ap(self.export_model(), inp, tgt)
+                res.overfit_ok = res.overfit_ap >= detect_train.OVERFIT_AP
         return res
 
     def agree(self, *values: float) -> tuple[float, ...]:

@@ -256,6 +256,12 @@ class DetectionModel(nn.Module):
         """While active, `forward` calls every layer as a module (for a dependency tracer)."""
         return contextlib.nullcontext()
 
+    @property
+    def num_labels(self) -> int:
+        """Contiguous labels `postprocess` emits (the artifact's `class_ids` has one per
+        label): `num_classes`, less one where a background output is counted in it (SSD)."""
+        return self.num_classes
+
     def decode(self, raw: Any) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError(f"{type(self).__name__} does not implement decode()")
 

@@ -41,6 +41,8 @@ ANCHOR_MIN_SCALE = 0.2
 ANCHOR_MAX_SCALE = 0.95
 ANCHOR_ASPECT_RATIOS = (1.0, 2.0, 0.5, 3.0, 0.3333)
 FEATURE_MAP_SIZES_300 = (19, 10, 5, 3, 2, 1)
+# Initial sigmoid score of each object class in a fresh class head (`_init_class_prior`).
+CLASS_PRIOR = 0.01
 
 
 def _depth(d: int, multiplier: float, min_depth: int = 16) -> int:
@@ -150,6 +152,19 @@ def decode_boxes(encodings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor
     return torch.stack([xc - w / 2, yc - h / 2, xc + w / 2, yc + h / 2], dim=-1)
 
 
+def encode_boxes(boxes: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Normalized (x0, y0, x1, y1) boxes against anchors (yc, xc, h, w) -> encodings
+    (ty, tx, th, tw): the inverse of `decode_boxes` (training targets)."""
+    sy, sx, sh, sw = BOX_CODER_SCALES
+    ya, xa, ha, wa = anchors.unbind(-1)
+    x0, y0, x1, y1 = boxes.unbind(-1)
+    h = (y1 - y0).clamp_min(1e-8)
+    w = (x1 - x0).clamp_min(1e-8)
+    ty = ((y0 + y1) / 2 - ya) / ha * sy
+    tx = ((x0 + x1) / 2 - xa) / wa * sx
+    return torch.stack([ty, tx, torch.log(h / ha) * sh, torch.log(w / wa) * sw], dim=-1)
+
+
 class SSDMobileNetV1(DetectionModel):
     """SSD-MobileNet-v1 (TF Object Detection API layout); see the module docstring."""
 
@@ -185,12 +200,40 @@ class SSDMobileNetV1(DetectionModel):
             nn.Conv2d(c, a * num_classes, 1)
             for c, a in zip(feature_channels, self.boxes_per_location, strict=True)
         )
+        self._init_fresh()
         sizes = [input_size]
         for _ in range(5):  # conv0 .. block 11 reach /16, then stride-2 steps
             sizes.append(math.ceil(sizes[-1] / 2))
         fm = tuple([sizes[4]] + [math.ceil(sizes[4] / 2 ** (i + 1)) for i in range(5)])
         self.feature_map_sizes = fm
         self.register_buffer("anchors", ssd_anchor_boxes(fm), persistent=False)
+
+    @torch.no_grad()
+    def _init_fresh(self, prior: float = CLASS_PRIOR) -> None:
+        """Weights for training from scratch (converted or trained weights replace them).
+
+        The batch norms are folded into the convolutions here, so nothing rescales the
+        activations: PyTorch's default init shrinks them layer by layer until the heads see
+        almost nothing of the image. He-normal weights (fan-in, ReLU gain) keep their scale.
+        The class head starts every sigmoid score at `prior`, as sigmoid detection heads are
+        initialized (RetinaNet): at zero logits every anchor would score 0.5 for every class,
+        and hard negative mining, which trains only 3 negatives per positive a step, takes
+        long to push the rest down. (The background column, which the loss and the
+        post-processing ignore, starts there too, where the converted model has it.)"""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+        for head in (*self.box_heads, *self.class_heads):
+            nn.init.normal_(head.weight, std=0.01)
+        logit = math.log((1 - prior) / prior)
+        for head in self.class_heads:
+            head.bias.fill_(-logit)
+
+    @property
+    def num_labels(self) -> int:
+        """Labels `postprocess` emits: the class outputs less the background at index 0."""
+        return self.num_classes - 1
 
     def features(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The six feature maps the heads read."""

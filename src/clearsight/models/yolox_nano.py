@@ -17,6 +17,8 @@ sigmoided. `postprocess` decodes boxes (grid offsets, exp w/h, strides) and runs
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -214,12 +216,38 @@ class YOLOXNano(DetectionModel):
     num_classes: int = NUM_CLASSES
     strides: tuple[int, ...] = STRIDES
 
-    def __init__(self, num_classes: int = NUM_CLASSES) -> None:
+    def __init__(self, num_classes: int = NUM_CLASSES, input_size: int = INPUT_SIZE[0]) -> None:
         super().__init__()
+        if input_size % max(STRIDES):
+            raise ValueError(f"input_size must be a multiple of {max(STRIDES)}, got {input_size}")
         self.num_classes = num_classes
+        self.input_size = (input_size, input_size)
         width = (16, 32, 64, 128, 256)
         self.backbone = PAFPN(width, depth=1)
         self.head = YOLOXHead(width[2:], hidden=64, num_classes=num_classes)
+        self._init_fresh()
+
+    @torch.no_grad()
+    def _init_fresh(self, prior: float = 0.01) -> None:
+        """Weights for training from scratch (converted weights replace them): He-normal
+        convolutions, the first one divided by the 0..255 input range, and YOLOX's own prior
+        of 0.01 on the objectness and class biases. Without the batch norms (folded) the
+        activations still fade through the network (SiLU's slope is 1/2 near 0) and a larger
+        gain tips them into blowing up under Adam: from scratch, this model learns slowly;
+        it is meant to be fine-tuned from the converted weights."""
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_in", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
+        # the network reads pixels in 0..255 (YOLOX_PREPROCESS): scale the first conv to match
+        stem = next(m for m in self.modules() if isinstance(m, nn.Conv2d))
+        stem.weight /= YOLOX_PREPROCESS.value_range[1]
+        bias = -math.log((1 - prior) / prior)
+        for level in self.head.levels:
+            for pred in (level.cls_pred, level.obj_pred):
+                nn.init.normal_(pred.weight, std=0.01)
+                nn.init.constant_(pred.bias, bias)
+            nn.init.normal_(level.reg_pred.weight, std=0.01)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[N,3,H,W] preprocessed batch -> [N, A, 5 + C]: (x, y, log w, log h) raw, obj, cls."""
@@ -288,5 +316,5 @@ class YOLOXNano(DetectionModel):
     metric_preset="coco-bbox",
     preprocess=YOLOX_PREPROCESS,
 )
-def yolox_nano(*, num_classes: int = NUM_CLASSES) -> YOLOXNano:
-    return YOLOXNano(num_classes=num_classes)
+def yolox_nano(*, num_classes: int = NUM_CLASSES, input_size: int = INPUT_SIZE[0]) -> YOLOXNano:
+    return YOLOXNano(num_classes=num_classes, input_size=input_size)
