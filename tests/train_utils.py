@@ -41,6 +41,7 @@ def tiny_raw(data: Path, **sections: dict[str, Any]) -> dict[str, Any]:
             "val_every": 4,
             "ckpt_every": 4,
             "tensorboard": False,
+            "compile": "off",  # logic tests; compiling (minutes) is tested in test_train_speed
         },
         "val": {"max_images": 2},
     }
