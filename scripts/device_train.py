@@ -80,6 +80,10 @@ class Report:
         return "\n".join(lines) + "\n"
 
 
+def _since(t: float) -> float:
+    return round((time.time() - t) / 60, 2)
+
+
 def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -257,15 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     report.step("start")
 
     demoire_run, derain_run = a.work / "demoire", a.work / "derain"
-    dm_log = open(a.work / "demoire.log", "w")  # noqa: SIM115
-    dm = subprocess.Popen(demoire_command(a, manifest, demoire_run), stdout=dm_log, stderr=dm_log)
-    report.step("demoire training started", budget_minutes=a.minutes)
-
     t = time.time()
     n_pairs = synth(a, "rain_bg", "rain_train", a.rain_per_image, a.rain_seed)
     n_val = synth(a, "rain_val_bg", "rain_val", 2, 1000 + a.rain_seed)
-    synth_min = (time.time() - t) / 60
-    report.step("rain synthesised", pairs=n_pairs, val_pairs=n_val, minutes=round(synth_min, 2))
+    report.step("rain synthesised", pairs=n_pairs, val_pairs=n_val, minutes=_since(t))
 
     from clearsight.engine.checkpoint import load_checkpoint
 
@@ -274,26 +273,28 @@ def main(argv: list[str] | None = None) -> int:
         if (DERAIN_RUN / f).is_file():
             shutil.copy2(DERAIN_RUN / f, derain_run / f)
     start_step = int(load_checkpoint(derain_run)["step"])
-    minutes = max(a.minutes - synth_min, 0.5)
-    dr_log = open(a.work / "derain.log", "w")  # noqa: SIM115
-    dr = subprocess.run(
-        derain_command(a, derain_run, start_step, minutes), stdout=dr_log, stderr=dr_log
-    )
-    end_step = int(load_checkpoint(derain_run)["step"]) if dr.returncode == 0 else None
-    report.step(
-        "derain trained",
-        rc=dr.returncode,
-        from_step=start_step,
-        to_step=end_step,
-        budget_minutes=round(minutes, 2),
-        log_tail=_log_tail(derain_run / "train_log.jsonl"),
-    )
-    rc_dm = dm.wait()
-    report.step(
-        "demoire trained",
-        rc=rc_dm,
-        log_tail=_log_tail(demoire_run / "train_log.jsonl"),
-    )
+    # Both start together, so each times its first steps (train.max_minutes) while the other
+    # also runs: the step budget each one plans is what it gets beside the other.
+    t = time.time()
+    procs = {}
+    for name, cmd in (
+        ("demoire", demoire_command(a, manifest, demoire_run)),
+        ("derain", derain_command(a, derain_run, start_step, a.minutes)),
+    ):
+        log = open(a.work / f"{name}.log", "w")  # noqa: SIM115
+        procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    report.step("training started", budget_minutes=a.minutes, derain_from_step=start_step)
+    rc = {name: p.wait() for name, p in procs.items()}
+    for name, run in (("demoire", demoire_run), ("derain", derain_run)):
+        step = int(load_checkpoint(run)["step"]) if (run / "checkpoint.pt").is_file() else None
+        report.step(
+            f"{name} trained",
+            rc=rc[name],
+            to_step=step,
+            minutes=_since(t),
+            log_tail=_log_tail(run / "train_log.jsonl"),
+        )
+    rc_dm, rc_dr = rc["demoire"], rc["derain"]
     for name, log in (("derain", a.work / "derain.log"), ("demoire", a.work / "demoire.log")):
         report.data[f"{name}_output_tail"] = log.read_text()[-3000:]
 
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         derain_run, a.out / "derain-run", ("checkpoint.pt", "train_log.jsonl"), report
     )
     jobs = (
-        ("derain", "default-derain", derain_run, a.work / "rain_val", "y-matlab", dr.returncode),
+        ("derain", "default-derain", derain_run, a.work / "rain_val", "y-matlab", rc_dr),
         ("demoire", "default-demoire", demoire_run, a.data / "moire_val", "rgb", rc_dm),
     )
     for name, bundled, run, val, preset, rc in jobs:
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             files += got
     report.data["files"] = files
     report.step("done", files=files)
-    return 0 if dr.returncode == 0 and rc_dm == 0 else 1
+    return 0 if rc_dr == 0 and rc_dm == 0 else 1
 
 
 if __name__ == "__main__":

@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=0, help="first N pairs/photos only (tests)")
     ap.add_argument("--budget-mib", type=float, default=0, help="cap the budget (tests)")
     ap.add_argument("--wheel-cache", type=Path, default=None, help="folder with the wheels")
+    ap.add_argument("--no-wheels", action="store_true", help="no wheels (CPU dry runs, tests)")
     args = ap.parse_args(argv)
 
     out = args.out or args.repo / OUT_NAME
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True)
     cut = (lambda xs: xs[: args.limit]) if args.limit else (lambda xs: xs)
 
-    wheels = fetch_wheels(out / "wheels", args.wheel_cache)
+    wheels = 0 if args.no_wheels else fetch_wheels(out / "wheels", args.wheel_cache)
     val_names = cut(_pair_names(args.moire_val, "moire"))
     val = encode_pairs(args.moire_val, val_names, VAL_CROP, None)
     _write(out / "moire_val" / "moire", {n: m for n, (m, _) in val.items()})
@@ -221,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
 
     left = budget - wheels - val_bytes - rain_val_bytes
     if left <= 0:
-        raise BudgetError(f"budget {budget} bytes: validation data alone takes {budget - left}")
+        raise BudgetError(
+            f"the validation data and wheels alone ({budget - left} bytes) do not fit the "
+            f"{budget}-byte budget (64 MiB - {tree} bytes of tree - {MARGIN} margin)"
+        )
     moire_share = int(left * MOIRE_SHARE)
     names = cut(_pair_names(args.moire_train, "moire"))
     m_side, moire = fit_side(
@@ -262,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     mib = 2**20
+    capped = " (capped by --budget-mib)" if args.budget_mib else ""
     print(
-        f"{out}: {used / mib:.2f} MiB of a {budget / mib:.2f} MiB budget "
+        f"{out}: {used / mib:.2f} MiB of a {budget / mib:.2f} MiB budget{capped} "
         f"(64 MiB - {tree / mib:.2f} MiB tree - {MARGIN / mib:.0f} MiB margin): "
         f"{len(moire)} moire pairs at {m_side}px, {len(val)} val crops, "
         f"{len(rain)} rain backgrounds at {r_side}px, {len(rain_val)} held out"

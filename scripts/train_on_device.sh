@@ -9,11 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 OUT="${OUT:-device_out}"
+DATA="${DEVICE_DATA:-device_data}"
 mkdir -p "$OUT"
 # the device image lacks pytorch-msssim (pure Python): install the carried wheel aside
 SITE="$(mktemp -d)"
-"$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-    device_data/wheels/*.whl
+if compgen -G "$DATA/wheels/*.whl" >/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
+        "$DATA"/wheels/*.whl
+fi
 export PYTHONPATH="$PWD/src:$SITE" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null || true
-exec "$PY" scripts/device_train.py --data device_data --out "$OUT" "$@"
+exec "$PY" scripts/device_train.py --data "$DATA" --out "$OUT" "$@"
