@@ -3,14 +3,16 @@
 Run by `scripts/train_on_device.sh` on the lent GPU (docs/training-on-device.md), over the
 data that `scripts/prepare_device_data.py` packed into `device_data/`:
 
-1. mbcnn-light starts at once from the shipped `default-demoire` (`model.init`) on the
-   carried moiré crops (`configs/default-demoire.yaml`, bf16 autocast on CUDA, a fresh
-   cosine from `--demoire-lr`), validated on the held-out validation crops.
-2. Meanwhile rain is synthesised on every core (`clearsight synth rain --preset mixed`) over
-   the carried backgrounds; then RESCAN resumes the committed run `checkpoints/derain-v2`
-   (weights, Adam, step: `clearsight train --resume`) on those pairs, with its budget cut
-   so that both runs end together. Its config stays fp32 (`train.amp: "off"`: the ConvGRU's
-   setting, see configs/default-derain.yaml), validated on rain over held-out backgrounds.
+1. Rain is synthesised on every core (`clearsight synth rain --preset mixed`) over the
+   carried backgrounds, and validation rain over the held-out ones.
+2. Both runs then start together (each times its first steps beside the other, so the
+   step budget `train.max_minutes` plans is what it gets):
+   - RESCAN resumes the committed run `checkpoints/derain-v2` (weights, Adam, step:
+     `clearsight train --resume`) on those pairs, fp32 as its config says (`train.amp:
+     "off"`, the ConvGRU's setting, see configs/default-derain.yaml);
+   - mbcnn-light starts from the shipped `default-demoire` (`model.init`) on the carried
+     moiré crops (`configs/default-demoire.yaml`, bf16 autocast on CUDA, a fresh cosine
+     from `--demoire-lr`).
 3. The last weights of each run (never a selected best) and the shipped model are scored on
    the same validation set (`clearsight.api.evaluate`, as `clearsight eval` does); the
    candidate comes back only when its mean PSNR beats the shipped one.
@@ -237,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "device_out")))
     ap.add_argument("--work", type=Path, default=None, help="scratch (default: OUT/../work)")
     ap.add_argument("--minutes", type=float, default=6.5, help="training budget per model")
+    ap.add_argument("--deadline-minutes", type=float, default=9.3, help="whole run, backstop")
     ap.add_argument("--demoire-lr", type=float, default=3e-4)
     ap.add_argument("--rain-per-image", type=int, default=8)
     ap.add_argument("--rain-seed", type=int, default=3, help="new rain each leg: change it")
@@ -284,7 +287,16 @@ def main(argv: list[str] | None = None) -> int:
         log = open(a.work / f"{name}.log", "w")  # noqa: SIM115
         procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     report.step("training started", budget_minutes=a.minutes, derain_from_step=start_step)
-    rc = {name: p.wait() for name, p in procs.items()}
+    # a backstop under the command's 10-minute limit: scoring and copying need the last minute
+    stop_at = report.t0 + (a.deadline_minutes - 1.0) * 60
+    rc = {}
+    for name, p in procs.items():
+        try:
+            rc[name] = p.wait(timeout=max(stop_at - time.time(), 1.0))
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            rc[name] = p.wait()
+            report.step(f"{name} stopped at the deadline", rc=rc[name])
     for name, run in (("demoire", demoire_run), ("derain", derain_run)):
         step = int(load_checkpoint(run)["step"]) if (run / "checkpoint.pt").is_file() else None
         report.step(
