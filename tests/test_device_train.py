@@ -140,3 +140,28 @@ def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
     if report["results"]["demoire"]["kept"]:
         assert "demoire: candidate" in check.stdout
     assert "derain" in check.stdout
+
+
+def test_install_keeps_the_bundled_name_and_refuses_another_architecture(tmp_path):
+    inst = _script("install_device_results")
+    real = REPO_ROOT / "src" / "clearsight" / "assets" / "models"
+    inst.BUNDLED = tmp_path / "models"
+    dest = inst.BUNDLED / "default-derain"
+    dest.mkdir(parents=True)
+    (dest / "config.json").write_bytes((real / "default-derain" / "config.json").read_bytes())
+    (dest / "model.safetensors").write_bytes(b"old weights")
+    cand = tmp_path / "derain-candidate"
+    cand.mkdir()
+    cfg = json.loads((real / "default-derain" / "config.json").read_text())
+    (cand / "config.json").write_text(json.dumps(cfg | {"name": "last", "provenance": {"x": 1}}))
+    (cand / "model.safetensors").write_bytes(b"new weights")
+    inst.install("derain", cand)
+    assert (dest / "model.safetensors").read_bytes() == b"new weights"
+    got = json.loads((dest / "config.json").read_text())
+    assert got["name"] == "default-derain" and got["provenance"] == {"x": 1}
+
+    other = json.loads((real / "default-demoire" / "config.json").read_text())
+    (cand / "config.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="not the architecture"):
+        inst.install("derain", cand)
+    assert (dest / "model.safetensors").read_bytes() == b"new weights"
