@@ -18,6 +18,8 @@ from clearsight.errors import ArtifactError
 CONFIG_KEY = "clearsight_config"
 EXPORT_KEY = "clearsight_export"
 PREPROCESS_KEY = "clearsight_preprocess"
+PRECISION_KEY = "clearsight_precision"
+"""Written by `compress quantize` ("int8"); absent from fp32 exports (read as "fp32")."""
 EXPORT_FORMAT_VERSION = 1
 STATS_INPUT = "global_stats"
 """Name of the tile graph's extra input: the shared statistics [N, sites, C]."""
