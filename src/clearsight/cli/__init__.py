@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "compare",
     "audit",
     "export",
+    "compress",
     "serve",
 )
 for _name in COMMAND_MODULES:  # each registers its commands on `app`, in this order

@@ -49,6 +49,8 @@ DEFAULT_CALIBRATION_CROP = 256
 multiple): the calibrator keeps every intermediate tensor of a batch, so whole 700x700
 MBCNN inputs would need tens of GB; crops keep the statistics of real content at 256x256."""
 _CONV_TYPES = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+_SHAPE_TYPES = ("Shape", "Constant", "ConstantOfShape")
+_DATA_FIRST = ("Reshape", "Expand", "Tile", "Slice", "Pad", "Resize", "Upsample")
 
 
 class QuantizeError(ClearsightError):
@@ -86,7 +88,8 @@ class QuantizeOptions:
 class QuantizeResult:
     data: bytes
     """The int8 model's bytes (with metadata)."""
-    fp32_bytes: int
+    fp32_data: bytes
+    """The fp32 export it was made from (for the parity report)."""
     excluded: list[str]
     calibration_images: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
@@ -168,12 +171,13 @@ def output_path_nodes(data: bytes) -> list[str]:
     while todo:
         name = todo.pop()
         node = producer.get(name)
-        if node is None or node.name in seen:
+        if node is None or node.name in seen or node.op_type in _SHAPE_TYPES:
             continue
         seen.add(node.name)
         found.append(node.name)
         if node.op_type not in _CONV_TYPES:
-            todo.extend(node.input)
+            # a reshape's target shape is not data on the path, only its first input is
+            todo.extend(node.input[:1] if node.op_type in _DATA_FIRST else node.input)
     return found
 
 
@@ -275,7 +279,7 @@ def quantize_model(
     data = _with_metadata(data, props, {"precision": "int8", "quantization": settings})
     return QuantizeResult(
         data=data,
-        fp32_bytes=len(fp32),
+        fp32_data=fp32,
         excluded=excluded,
         calibration_images=used,
         options=asdict(opts),
@@ -339,13 +343,3 @@ def save_quantized(result: QuantizeResult, out: str | os.PathLike[str]) -> Path:
     os.umask(umask)
     os.chmod(target, 0o666 & ~umask)
     return target
-
-
-def int8_path_for(path: str | os.PathLike[str]) -> Path:
-    """Where the int8 sibling of a model lives: `x.onnx` / `x.safetensors` / folder `x` ->
-    `x.int8.onnx` beside it (what `--precision int8` looks for and `-o` defaults to)."""
-    p = Path(path)
-    if p.is_dir():
-        return p / "model.int8.onnx"
-    stem = p.name[: -len(p.suffix)] if p.suffix else p.name
-    return p.with_name(f"{stem}.int8.onnx")
