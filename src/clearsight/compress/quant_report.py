@@ -54,6 +54,9 @@ class QuantReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        for row in out["rows"]:  # JSON has no infinity: identical outputs read "inf"
+            if row["psnr_vs_fp32"] == float("inf"):
+                row["psnr_vs_fp32"] = "inf"
         out["psnr_loss_db"] = self.psnr_loss
         sizes = list(self.rows[0].latency_ms) if self.rows else []
         out["speedup"] = {s: self.speedup(s) for s in sizes}
@@ -80,6 +83,14 @@ class QuantReport:
                 + [f"{base.latency_ms[s] / r.latency_ms[s]:.2f}x" for s in sizes]
             )
         return head, body
+
+
+def _mean_psnr(values: list[float]) -> float | None:
+    """Mean of the finite values; inf when every output was identical; None for none."""
+    finite = [v for v in values if np.isfinite(v)]
+    if finite:
+        return statistics.fmean(finite)
+    return float("inf") if values else None
 
 
 def _inputs_and_targets(
@@ -142,7 +153,6 @@ def quant_report(
         threads=torch.get_num_threads(),
         load_average=os.getloadavg(),
     )
-    finite = [v for v in vs_fp32 if np.isfinite(v)]
     for k, (name, mb) in enumerate((("fp32", fp32_mb), ("int8", int8_mb))):
         lat = {
             f"{s}x{s}": time_restorer((fp32, int8)[k], [(s, s)], runs)[0]["latency_ms"]
@@ -153,7 +163,7 @@ def quant_report(
                 name=name,
                 file_mb=mb,
                 psnr=statistics.fmean(gt[k]) if gt[k] else None,
-                psnr_vs_fp32=None if k == 0 else (statistics.fmean(finite) if finite else None),
+                psnr_vs_fp32=None if k == 0 else _mean_psnr(vs_fp32),
                 latency_ms=lat,
             )
         )
