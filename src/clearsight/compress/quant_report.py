@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 
 from clearsight.artifact import LoadedModel
+from clearsight.data.pairs import ImagePair
+
+Data = str | os.PathLike[str] | Sequence[ImagePair]
 
 
 @dataclass
@@ -101,10 +104,13 @@ def _inputs_and_targets(
     from clearsight.errors import ClearsightError
     from clearsight.io import list_images
 
+    if not isinstance(data, str | os.PathLike):
+        items: list[tuple[Path, Path | None]] = [(p.input, p.target) for p in data]
+        return items if limit is None else items[: max(0, limit)]
     try:
         pair_folders(Path(data))
     except ClearsightError:
-        items: list[tuple[Path, Path | None]] = [(p, None) for p in list_images(data)]
+        items = [(p, None) for p in list_images(data)]
     else:
         items = [(p.input, p.target) for p in find_pairs(data)]
     return items if limit is None else items[: max(0, limit)]
@@ -113,7 +119,7 @@ def _inputs_and_targets(
 def quant_report(
     fp32: LoadedModel,
     int8: LoadedModel,
-    data: str | os.PathLike[str],
+    data: Data,
     *,
     fp32_mb: float,
     int8_mb: float,
@@ -147,7 +153,7 @@ def quant_report(
                 gt[k].append(float(metric.compute(outs[k], tgt)["psnr"]))
     report = QuantReport(
         model=fp32.source,
-        data=str(data),
+        data=str(data) if isinstance(data, str | os.PathLike) else f"{len(items)} pairs",
         preset=preset_name,
         n_images=len(items),
         threads=torch.get_num_threads(),

@@ -21,6 +21,7 @@ CPU, NCCL on GPU), `data.batch_size` is split across ranks, and only rank 0 writ
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -40,6 +41,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from clearsight.artifact import LoadedModel, make_config, save_artifact
 from clearsight.atomic import atomic_write_text, sweep_leftovers
+from clearsight.compress import qat
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
 from clearsight.engine.checkpoint import (
@@ -99,6 +101,8 @@ class TrainResult:
     val_metrics: dict[str, float] = field(default_factory=dict)
     nan_skipped: int = 0
     rollbacks: int = 0
+    nan_events: list[dict[str, Any]] = field(default_factory=list)
+    """Each skipped step and refused checkpoint: {"step", "nan": where it was found}."""
     lr_scale: float = 1.0
     overfit_ok: bool | None = None
     model: nn.Module | None = field(default=None, repr=False)
@@ -326,6 +330,10 @@ class _Run:
         self.model = build_model(cfg.model.arch, **cfg.model.args).to(d.device)
         if cfg.model.init:
             _init_from(self.model, cfg)
+        self.qat = t.qat.enabled
+        if self.qat:  # fake-quantized convs (compress/qat.py); weights exported as fp32
+            self.qat_freeze = t.qat.freeze_step or max(1, t.steps // 2)
+            qat.prepare_qat_model(self.model, t.qat.backend)
         self.spec = get_spec(cfg.model.arch)
         self.memory_format = (
             torch.channels_last
@@ -359,9 +367,11 @@ class _Run:
         self.val_ds = _open_data(cfg, cfg.data.val, False) if cfg.data.val and not overfit else None
         self.preset = get_preset(cfg.val.preset or self.spec.metric_preset, cfg.val.crop_border)
         self.speed = speed_settings(t, self.model, d.device)
-        self.amp = self.speed.amp
+        self.amp = self.speed.amp and not self.qat
         self.step, self.best, self.val_metrics = 0, -math.inf, {}
         self.nan_skipped, self.nan_streak, self.rollbacks, self.lr_scale = 0, 0, 0, 1.0
+        self.nan_events: list[dict[str, Any]] = []
+        self.nan_where = ""
         self.data_hash = data_hash(self.train_ds)
         self.log_fh = None
         self.tb = None
@@ -395,7 +405,17 @@ class _Run:
         self.rollbacks = int(s["counters"]["rollbacks"])
         self.stream.seek(int(s["epoch"]), int(s["position"]))
 
+    def nonfinite_weights(self) -> list[str]:
+        """Parameters and buffers (of the model and its EMA) holding NaN or inf."""
+        bad = qat.nonfinite(self.model)
+        return bad + ([f"ema.{k}" for k in qat.nonfinite(self.ema)] if self.ema is not None else [])
+
     def save(self) -> None:
+        bad = self.nonfinite_weights()
+        if bad:  # never a checkpoint that would carry a NaN forward: back to the last good one
+            self.nan_event("weights", f"{bad[0]} (checkpoint not written)")
+            self.rollback()
+            return
         if self.d.main:
             save_checkpoint(self.state(), self.ckpt_path)
         if self.d.world > 1:
@@ -409,6 +429,7 @@ class _Run:
         for g in self.opt.param_groups:
             g["lr"] = lr
         total = torch.zeros((), device=self.d.device)
+        quant = qat.snapshot(self.model) if self.qat else None
         for micro in range(t.grad_accum):
             inp, tgt = batch if batch is not None else self.stream.next()
             inp = self.spec.preprocess.to_model(inp.to(self.d.device, non_blocking=True))
@@ -427,9 +448,16 @@ class _Run:
             dist.all_reduce(total)
             total /= self.d.world
         ok = bool(torch.isfinite(total))
+        self.nan_where = "" if ok else "loss"
         if ok and t.clip_grad_norm > 0:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
             ok = bool(torch.isfinite(norm))
+            self.nan_where = "" if ok else "gradient norm"
+        if ok and quant is not None:
+            bad = qat.nonfinite(self.model, quant_only=True)
+            ok, self.nan_where = not bad, f"quantizer range {bad[0]}" if bad else ""
+        if not ok and quant is not None:
+            qat.restore(self.model, quant)  # the observers saw the bad batch: undo them too
         if ok:
             self.opt.step()
             if self.ema is not None:
@@ -474,6 +502,13 @@ class _Run:
 
     def export(self, name: str) -> None:
         model = self.export_model()
+        if qat.nonfinite(model):
+            self.nan_event("weights", f"artifact {name}/ not written")
+            return
+        if self.qat:  # the trained weights as a plain fp32 model: loads without torch.ao
+            plain = build_model(self.cfg.model.arch, **self.cfg.model.args)
+            plain.load_state_dict(qat.float_state_dict(model, plain))
+            model = plain
         prov = {
             "training_config": self.cfg.to_dict(),
             "data": {
@@ -485,6 +520,10 @@ class _Run:
             "ema": self.ema is not None,
             "val_metrics": {"preset": self.preset.name, **self.val_metrics},
         }
+        if self.qat:
+            prov["qat"] = {**dataclasses.asdict(self.cfg.train.qat), "freeze_step": self.qat_freeze}
+        if self.nan_events:
+            prov["nan_events"] = list(self.nan_events)
         cfg = make_config(
             model,
             self.cfg.model.arch,
@@ -544,7 +583,12 @@ class _Run:
                 elif self.agree(float(elapsed >= budget_s))[0] and self.step < t.steps:
                     bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
                     self.cfg.train.steps = self.step
+            if self.qat and self.step == self.qat_freeze:
+                qat.freeze_observers(self.model)
+                self.log({"step": self.step, "qat": "observers frozen"})
+                bar.note(f"step {self.step}: QAT observers frozen (scales fixed from here)")
             if math.isnan(loss):
+                self.nan_event(self.nan_where or "loss", "step skipped")
                 self.nan_skipped, self.nan_streak = self.nan_skipped + 1, self.nan_streak + 1
                 if self.nan_streak >= t.nan_patience:
                     self.rollback()
@@ -594,6 +638,7 @@ class _Run:
                 self.export("best")
         res.steps, res.val_metrics, res.nan_skipped = self.step, self.val_metrics, self.nan_skipped
         res.rollbacks, res.lr_scale = self.rollbacks, self.lr_scale
+        res.nan_events = list(self.nan_events)
         res.best_metric = self.best if math.isfinite(self.best) else None
         res.model = self.export_model()
         if self.overfit and res.first_loss is not None and res.last_loss is not None:
@@ -622,6 +667,14 @@ class _Run:
         bar.note(f"time budget: {t.steps} steps cut to {fits} ({step_s * 1000:.0f} ms/step)")
         t.steps = fits
         bar.set_total(fits)
+
+    def nan_event(self, where: str, what: str) -> None:
+        """Record and log where a NaN/inf was found (the run's report lists them)."""
+        event = {"step": self.step, "nan": where, "action": what}
+        if self.qat:
+            event["qat"] = "frozen" if qat.observers_frozen(self.model) else "observing"
+        self.nan_events.append(event)
+        self.log(event)
 
     def rollback(self) -> None:
         """Back to the last checkpoint at half the LR, or stop after `max_rollbacks`."""
