@@ -25,7 +25,6 @@ from clearsight.engine.inference import InferenceOptions, Restorer
 from clearsight.engine.ort_backend import load_onnx
 from clearsight.errors import OptionError
 from clearsight.io import write_image
-from clearsight.metrics.image_metrics import psnr
 from clearsight.models.registry import build_model
 from clearsight.onnx_meta import CONFIG_KEY, EXPORT_KEY, PRECISION_KEY, PREPROCESS_KEY
 from clearsight.zoo import find_int8, int8_path_for
