@@ -7,7 +7,13 @@ of the weights, validation with a metric preset, and exports through `save_artif
 Faults lose nothing: a checkpoint is written atomically every `ckpt_every` steps (and at the
 start, so a rollback always has a target); resume continues bit-exactly on CPU; a NaN/Inf
 loss skips its step, `nan_patience` in a row roll back to the last checkpoint at half the LR,
-and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError`.
+and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError`. Each
+skipped step is logged with where the NaN/inf was found (`TrainResult.nan_events`), and no
+checkpoint or artifact is ever written holding one.
+
+Quantization-aware training (`train.qat`, `clearsight/compress/qat.py`): the model trains
+with fake-quantized convolutions; a skipped step also undoes what its batch did to the
+quantizers' ranges, and the observers freeze at `train.qat.freeze_step`.
 
 Speed without changing the math: on CPU the model and batches are channels-last for the
 architectures that measured faster so (`train.memory_format: auto`, the model's
