@@ -220,6 +220,13 @@ def fp32_onnx(loaded: LoadedModel) -> bytes:
         if src is None:
             raise QuantizeError(f"{loaded.source}: the ONNX model's bytes are not available")
         return src if isinstance(src, bytes) else Path(src).read_bytes()
+    if loaded.config.task == "detect":
+        # the two places a detector plugs in: its fp32 export here, and `prepare_image`'s
+        # preprocessing (the detector's fixed input size and letterbox instead of padding)
+        raise QuantizeError(
+            f"{loaded.source}: quantizing detectors needs their fp32 ONNX export, which this "
+            "build does not have yet; restoration models (RESCAN, MBCNN) are supported"
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
