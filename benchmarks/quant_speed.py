@@ -98,6 +98,7 @@ def main() -> None:
         rows += [[model, *r] for r in body]
         reports[model] = rep.to_dict()
         print(f"{model}: {rep.n_images} pairs, preset {rep.preset}", flush=True)
+        print_table(model, head, [[model, *r] for r in body])  # as each finishes
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
     print_table(f"fp32 vs int8, ONNX Runtime (load average {load})", head, rows)
     if args.json:
