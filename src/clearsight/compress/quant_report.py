@@ -34,6 +34,8 @@ class QuantRow:
     psnr_vs_fp32: float | None
     """Mean PSNR of this row's outputs against fp32's (uint8 RGB); None for fp32 itself."""
     latency_ms: dict[str, float] = field(default_factory=dict)
+    runs_ms: dict[str, list[float]] = field(default_factory=dict)
+    """Every timed run (the spread says how loaded the machine was)."""
 
 
 @dataclass
@@ -160,17 +162,15 @@ def quant_report(
         load_average=os.getloadavg(),
     )
     for k, (name, mb) in enumerate((("fp32", fp32_mb), ("int8", int8_mb))):
-        lat = {
-            f"{s}x{s}": time_restorer((fp32, int8)[k], [(s, s)], runs)[0]["latency_ms"]
-            for s in sizes
-        }
+        timed = {f"{s}x{s}": time_restorer((fp32, int8)[k], [(s, s)], runs)[0] for s in sizes}
         report.rows.append(
             QuantRow(
                 name=name,
                 file_mb=mb,
                 psnr=statistics.fmean(gt[k]) if gt[k] else None,
                 psnr_vs_fp32=None if k == 0 else _mean_psnr(vs_fp32),
-                latency_ms=lat,
+                latency_ms={size: t["latency_ms"] for size, t in timed.items()},
+                runs_ms={size: list(t["runs_ms"]) for size, t in timed.items()},
             )
         )
     return report
