@@ -161,8 +161,13 @@ def quant_report(
         threads=torch.get_num_threads(),
         load_average=os.getloadavg(),
     )
+    # size by size, fp32 then int8 at once: a change in the machine's load hits both
+    timings: list[dict[str, dict[str, Any]]] = [{}, {}]
+    for size in sizes:
+        for k, model in enumerate((fp32, int8)):
+            timings[k][f"{size}x{size}"] = time_restorer(model, [(size, size)], runs)[0]
     for k, (name, mb) in enumerate((("fp32", fp32_mb), ("int8", int8_mb))):
-        timed = {f"{s}x{s}": time_restorer((fp32, int8)[k], [(s, s)], runs)[0] for s in sizes}
+        timed = timings[k]
         report.rows.append(
             QuantRow(
                 name=name,
