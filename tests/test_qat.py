@@ -100,3 +100,25 @@ def test_qat_config_is_checked(tmp_path):
         tiny_config(data, train={"qat": {"enabled": True, "backend": "arm"}})
     with pytest.raises(TrainConfigError, match="train.amp"):
         tiny_config(data, train={"qat": {"enabled": True}, "amp": "bf16"})
+
+
+def test_a_nan_weight_is_never_checkpointed(tmp_path, monkeypatch):
+    """A finite loss can still leave a NaN weight behind (an inf gradient): the checkpoint
+    that would carry it is refused and the run rolls back instead."""
+    data = make_pairs(tmp_path / "d", n=4)
+    real, calls = torch.optim.Adam.step, {"n": 0}
+
+    def step(self, *a, **kw):
+        out = real(self, *a, **kw)
+        calls["n"] += 1
+        if calls["n"] == 2:  # the step just before the first checkpoint
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(math.nan)
+        return out
+
+    monkeypatch.setattr(torch.optim.Adam, "step", step)
+    cfg = tiny_config(data, train={"ckpt_every": 2, "val_every": 4, "steps": 4})
+    res = train(cfg, tmp_path / "run", progress=False)
+    assert res.nan_events[0] == {"step": 2, "nan": "weights", "action": res.nan_events[0]["action"]}
+    assert "checkpoint not written" in res.nan_events[0]["action"] and res.rollbacks == 1
+    assert qat.nonfinite(load_artifact(tmp_path / "run" / "last").model) == []
