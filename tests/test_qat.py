@@ -10,9 +10,9 @@ import torch
 
 from clearsight.artifact import load_artifact
 from clearsight.compress import qat
-from clearsight.compress.quantize import QuantizeOptions, quantize_model
 from clearsight.engine import trainer
 from clearsight.engine.checkpoint import load_checkpoint
+from clearsight.engine.inference import Restorer
 from clearsight.engine.train_config import TrainConfigError
 from clearsight.engine.trainer import LOG_FILE, train
 from clearsight.models.registry import build_model
@@ -84,8 +84,14 @@ def test_qat_nan_never_reaches_a_checkpoint_and_resume_works(tmp_path, monkeypat
     resumed = train(more, run, resume=True, progress=False)
     assert resumed.steps == 10 and resumed.last_loss is not None
     assert qat.nonfinite(_with_state(load_checkpoint(run / "checkpoint.pt")["model"])) == []
-    result = quantize_model(load_artifact(run / "last"), data, QuantizeOptions(max_images=2))
-    assert result.data  # the QAT-trained weights go to int8 through `compress quantize`
+    # the QAT graph itself, trained scales and all, beside last/: --precision int8 finds it
+    int8 = Restorer.from_pretrained(str(run / "last"), precision="int8")
+    assert int8.model.export_info["quantization"]["method"] == "qat"
+    assert int8.model.export_info["quantization"]["parity_max_abs_diff"] <= 0.02
+    x = torch.rand(1, 3, 24, 24, generator=torch.Generator().manual_seed(0))
+    rain32 = x - Restorer(load_artifact(run / "last")).restore(x)
+    rain8 = x - int8.restore(x)
+    assert float((rain8 - rain32).norm() / rain32.norm()) < 0.2
 
 
 def _with_state(state: dict) -> torch.nn.Module:

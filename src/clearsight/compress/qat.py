@@ -22,9 +22,10 @@ the optimizer step is skipped. Here
 * the trainer refuses to write a checkpoint or artifact holding a non-finite value.
 
 Artifacts hold plain fp32 weights (`float_state_dict`: the QAT twins' `weight`/`bias`
-without the quantizer buffers), so they load anywhere with no quantization library; an
-int8 ONNX file comes from them through `clearsight compress quantize` (static calibration
-re-derives the activation ranges; the weights are the ones trained under int8 rounding).
+without the quantizer buffers), so they load anywhere with no quantization library. The
+int8 model is the QAT graph itself, exported with its trained scales as QDQ
+(`exportable`, then `compress/quantize.py`'s `qat_int8_onnx`): the trainer writes it beside
+`last/` as `last.int8.onnx`, where `--precision int8` finds it.
 """
 
 from __future__ import annotations
@@ -94,6 +95,35 @@ def freeze_observers(model: nn.Module) -> None:
 def observers_frozen(model: nn.Module) -> bool:
     flags = [v for k, v in model.state_dict().items() if k.endswith("observer_enabled")]
     return bool(flags) and all(int(f.max()) == 0 for f in flags)
+
+
+def exportable(model: nn.Module) -> nn.Module:
+    """`model` (in place) with every fused observer + fake-quant module swapped for a plain
+    `FakeQuantize` holding the same scale and zero point, observer off: torch.onnx has no
+    export for the fused op (`aten::fused_moving_avg_obs_fake_quant`) and exports the plain
+    one as QuantizeLinear/DequantizeLinear pairs."""
+    from torch.ao.quantization import FakeQuantize
+    from torch.ao.quantization.fake_quantize import FusedMovingAvgObsFakeQuantize
+
+    per_channel = (torch.per_channel_symmetric, torch.per_channel_affine)
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if not isinstance(child, FusedMovingAvgObsFakeQuantize):
+                continue
+            extra = {"ch_axis": child.ch_axis} if child.qscheme in per_channel else {}
+            fq = FakeQuantize(
+                observer=type(child.activation_post_process),
+                quant_min=child.quant_min,
+                quant_max=child.quant_max,
+                dtype=child.dtype,
+                qscheme=child.qscheme,
+                **extra,
+            )
+            fq.scale = child.scale.detach().clone()
+            fq.zero_point = child.zero_point.detach().clone()
+            fq.disable_observer()
+            setattr(parent, name, fq)
+    return model
 
 
 def float_state_dict(model: nn.Module, reference: nn.Module) -> dict[str, Any]:

@@ -233,6 +233,39 @@ def fp32_onnx(loaded: LoadedModel) -> bytes:
     return data
 
 
+QAT_TOLERANCE = 0.02
+"""Max abs difference allowed between ONNX Runtime's QDQ graph and the PyTorch fake-quant
+model it came from: a value on a rounding boundary may land one quantization step apart."""
+
+
+def qat_int8_onnx(model: Any, config: Any, source: str) -> bytes:
+    """The int8 QDQ ONNX bytes of a QAT-trained model (`compress/qat.py`), with its trained
+    scales and zero points, parity-checked against the fake-quant model, and the fp32
+    export's metadata plus `precision: "int8"` (`quantization.method: "qat"`)."""
+    import copy
+
+    from clearsight.compress.qat import exportable
+    from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
+
+    graph = exportable(copy.deepcopy(model).cpu().eval())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data, parity = export_onnx_bytes(
+            LoadedModel(graph, config, source),
+            parity_sizes=PARITY_SIZES_QUICK,
+            tolerance=QAT_TOLERANCE,
+        )
+    settings = {
+        "method": "qat",
+        "format": "QDQ",
+        "weights": "int8 per-channel (trained)",
+        "activations": "uint8 (trained scales)",
+        "parity_max_abs_diff": parity.max_abs_diff,
+        "onnxruntime": _ort_version(),
+    }
+    return _with_metadata(data, _metadata(data), {"precision": "int8", "quantization": settings})
+
+
 def precision_of(export_info: dict[str, Any]) -> str:
     """An export's precision: "fp32" for files written before the key existed."""
     return str(export_info.get("precision", "fp32"))
@@ -342,10 +375,14 @@ def _dynamic(src: Path, dst: Path, opts: QuantizeOptions, excluded: list[str]) -
 
 def save_quantized(result: QuantizeResult, out: str | os.PathLike[str]) -> Path:
     """Write the int8 model atomically (readable as the fp32 export is)."""
+    return save_quantized_bytes(result.data, out)
+
+
+def save_quantized_bytes(data: bytes, out: str | os.PathLike[str]) -> Path:
     from clearsight.atomic import atomic_write_bytes
 
     target = Path(out)
-    atomic_write_bytes(target, result.data)
+    atomic_write_bytes(target, data)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(target, 0o666 & ~umask)

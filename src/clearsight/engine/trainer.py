@@ -538,6 +538,12 @@ class _Run:
             metric_preset=self.preset.name,
         )
         save_artifact(model, self.run_dir / name, cfg)
+        if self.qat and name == "last":  # the int8 graph with the trained scales, beside it
+            from clearsight.compress.quantize import qat_int8_onnx, save_quantized_bytes
+            from clearsight.zoo import int8_path_for
+
+            data = qat_int8_onnx(self.export_model(), cfg, f"{self.run_dir / name} (qat)")
+            save_quantized_bytes(data, int8_path_for(self.run_dir / name))
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.d.main:
