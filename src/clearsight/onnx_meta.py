@@ -20,6 +20,8 @@ EXPORT_KEY = "clearsight_export"
 PREPROCESS_KEY = "clearsight_preprocess"
 CLASSES_KEY = "clearsight_classes"
 """Detectors: the dataset class id and name of each label (`export/onnx_detect.py`)."""
+PRECISION_KEY = "clearsight_precision"
+"""Written by `compress quantize` ("int8"); absent from fp32 exports (read as "fp32")."""
 EXPORT_FORMAT_VERSION = 1
 STATS_INPUT = "global_stats"
 """Name of the tile graph's extra input: the shared statistics [N, sites, C]."""

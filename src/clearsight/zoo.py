@@ -94,3 +94,49 @@ def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -
     raise UnknownNameError(
         f"unknown model {ref!r}; known: {', '.join(known_model_names())} (or a path to an artifact)"
     )
+
+
+PRECISIONS = ("fp32", "int8")
+INT8_SUFFIX = ".int8.onnx"
+BUNDLED_INT8 = "model.int8.onnx"
+
+
+def int8_path_for(ref: str | Path) -> Path:
+    """Where the int8 version of a model lives (`clearsight compress quantize` writes it
+    there by default; `--precision int8` looks there): beside the model, `x.onnx`,
+    `x.safetensors` or `x/` -> `x.int8.onnx`; inside a bundled model's folder,
+    `model.int8.onnx`; for a name that is no path, `NAME.int8.onnx` in the current folder."""
+    bundled = bundled_models()
+    p = Path(ref)
+    if not p.exists() and str(ref) in bundled:
+        return bundled[str(ref)] / BUNDLED_INT8
+    if p.name.endswith(INT8_SUFFIX):
+        return p
+    stem = p.name[: -len(p.suffix)] if p.suffix and not p.is_dir() else p.name
+    return p.with_name(stem + INT8_SUFFIX)
+
+
+def find_int8(ref: str) -> Path:
+    """The int8 ONNX model for `ref` (a model name or path), or an error saying how to make
+    one. A bundled name is looked up in its folder, then as `NAME.int8.onnx` here."""
+    from clearsight.errors import OptionError
+
+    candidates = [int8_path_for(ref)]
+    if ref in bundled_models() and not Path(ref).exists():
+        candidates.append(Path(ref + INT8_SUFFIX))
+    for c in candidates:
+        if c.is_file():
+            return c
+    raise OptionError(
+        "precision",
+        f"no int8 model for {ref!r} (looked for {', '.join(map(str, candidates))}); make one "
+        f"with `clearsight compress quantize {ref} --calibration IMAGES -o {candidates[-1]}`",
+    )
+
+
+def default_int8_output(ref: str) -> Path:
+    """`compress quantize`'s default output: beside a model file or folder, else (a bundled
+    or architecture name) `NAME.int8.onnx` in the current folder, never inside the package."""
+    if ref in bundled_models() and not Path(ref).exists():
+        return Path(ref + INT8_SUFFIX)
+    return int8_path_for(ref)

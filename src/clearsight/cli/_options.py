@@ -28,6 +28,13 @@ BackendOpt = Annotated[
     str,
     typer.Option("--backend", help="torch, or onnxruntime (exports the model to ONNX first)."),
 ]
+PrecisionOpt = Annotated[
+    str,
+    typer.Option(
+        "--precision",
+        help="fp32, or int8: run MODEL.int8.onnx (made by `compress quantize`) with ONNX Runtime.",
+    ),
+]
 ScalesOpt = Annotated[
     str,
     typer.Option(

@@ -2,7 +2,7 @@
 
 `compress_app` is the command group; each compression registers its command on it:
 `prune` here (structured pruning, `clearsight.api.prune`), `quantize` in its own module
-(registered in `cli/__init__.py` after this one).
+(`cli/compress_quantize.py`, registered at the end of this one).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from clearsight.cli import compress_quantize
 from clearsight.cli._app import app, console, friendly
 
 compress_app = typer.Typer(
@@ -87,3 +88,6 @@ def prune_cmd(
     )
     console.print(table)
     console.print(f"wrote {path} and {json_out or default_report_path(out)}", highlight=False)
+
+
+compress_quantize.register(compress_app)

@@ -25,6 +25,7 @@ from clearsight.cli._options import (
     FailFastOpt,
     MaxPixOpt,
     ModelOpt,
+    PrecisionOpt,
     ScalesOpt,
     SkipExistingOpt,
     StagesOpt,
@@ -57,6 +58,7 @@ def make_restorer(
     backend: str = "torch",
     stages: str = "all",
     stage_threshold: float = DEFAULT_STAGE_THRESHOLD,
+    precision: str = "fp32",
 ) -> Restorer:
     """`Restorer.from_pretrained` with the command line's options (only --scales needs
     parsing; every value is validated by `InferenceOptions`)."""
@@ -71,6 +73,7 @@ def make_restorer(
         backend=backend,
         stages=stages,
         stage_threshold=stage_threshold,
+        precision=precision,
     )
 
 
@@ -259,6 +262,7 @@ def restore_cmd(
     scales: ScalesOpt = "1.0",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    precision: PrecisionOpt = "fp32",
     backend: BackendOpt = "torch",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
@@ -288,6 +292,7 @@ def restore_cmd(
             backend=backend,
             stages=stages,
             stage_threshold=stage_threshold,
+            precision=precision,
         )
         return
     restorer = make_restorer(
@@ -299,6 +304,7 @@ def restore_cmd(
         backend=backend,
         stages=stages,
         stage_threshold=stage_threshold,
+        precision=precision,
     )
     run = restore_with_progress(
         restorer,
@@ -336,6 +342,7 @@ def derain_cmd(
     tta: TtaOpt = "none",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    precision: PrecisionOpt = "fp32",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
     skip_existing: SkipExistingOpt = None,
@@ -363,6 +370,7 @@ def derain_cmd(
             device=device,
             stages=stages,
             stage_threshold=stage_threshold,
+            precision=precision,
         )
         return
     restorer = make_restorer(
@@ -372,6 +380,7 @@ def derain_cmd(
         device=device,
         stages=stages,
         stage_threshold=stage_threshold,
+        precision=precision,
     )
     run = restore_with_progress(
         restorer,
@@ -400,6 +409,7 @@ def demoire_cmd(
     scales: ScalesOpt = "1.0",
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
+    precision: PrecisionOpt = "fp32",
     skip_existing: SkipExistingOpt = None,
     fail_fast: FailFastOpt = False,
     engine: EngineOpt = "local",
@@ -424,9 +434,12 @@ def demoire_cmd(
             ensemble=tta,
             scales=parse_scales(scales),
             device=device,
+            precision=precision,
         )
         return
-    restorer = make_restorer(DEFAULT_DEMOIRE, tile=tile, tta=tta, device=device, scales=scales)
+    restorer = make_restorer(
+        DEFAULT_DEMOIRE, tile=tile, tta=tta, device=device, scales=scales, precision=precision
+    )
     run = restore_with_progress(
         restorer,
         [Path(p) for p in inputs],

@@ -78,5 +78,9 @@ def train_cmd(
         f"{metrics}; skipped {result.nan_skipped} NaN step(s), {result.rollbacks} rollback(s)",
         highlight=False,
     )
+    if result.nan_events:  # where each NaN/inf was found (all of them in train_log.jsonl)
+        where = "; ".join(f"step {e['step']}: {e['nan']}" for e in result.nan_events[:5])
+        more = len(result.nan_events) - 5
+        console.print(f"NaN/inf at {where}" + (f" (+{more} more)" if more > 0 else ""))
     out = result.run_dir
     console.print(f"model: {out / 'best'} (best), {out / 'last'} (last)", highlight=False)

@@ -34,6 +34,7 @@ from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
 from clearsight.tiling import Progress, tiled_apply
+from clearsight.zoo import PRECISIONS
 
 Ensemble = Literal["none", "flip", "x8"]
 
@@ -62,6 +63,10 @@ class InferenceOptions:
     two stages below which an image stops (>= 0; 0 never stops early)."""
     backend: str = "torch"
     """torch, or onnxruntime (`Restorer.from_pretrained` exports the model to ONNX first)."""
+    precision: str = "fp32"
+    """fp32, or int8: `from_pretrained` runs the model's int8 ONNX file (`zoo.find_int8`:
+    `x.int8.onnx` beside it, made by `clearsight compress quantize`) with ONNX Runtime,
+    whatever `backend` says, since int8 exists only as an ONNX Runtime graph."""
 
     def __post_init__(self) -> None:
         """Validate every option once, here: an `OptionError` naming the first bad one."""
@@ -84,11 +89,35 @@ class InferenceOptions:
             raise OptionError(
                 "backend", f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}"
             )
-        if self.backend != "torch" and stages != "all":
+        if self.precision not in PRECISIONS:
+            raise OptionError(
+                "precision",
+                f"unknown precision {self.precision!r}; known: {', '.join(PRECISIONS)}",
+            )
+        if self.precision == "int8" and self.device != "cpu":
+            raise OptionError(
+                "precision", f"int8 runs with ONNX Runtime on the CPU; got --device {self.device}"
+            )
+        if (self.backend != "torch" or self.precision != "fp32") and stages != "all":
             raise OptionError(
                 "stages",
-                f"{stages} needs --backend torch (an exported graph runs all stages)",
+                f"{stages} needs --backend torch and fp32 (an exported graph runs all stages)",
             )
+
+
+def load_for_options(ref: str, opts: InferenceOptions) -> LoadedModel:
+    """The model `ref` as `opts` runs it: its int8 ONNX file for `precision="int8"`
+    (`zoo.find_int8`), exported to ONNX Runtime for `backend="onnxruntime"`, else as is."""
+    from clearsight.zoo import find_int8, resolve_model
+
+    if opts.precision == "int8":
+        return resolve_model(str(find_int8(ref)))
+    loaded = resolve_model(ref, device=opts.device)
+    if opts.backend != "torch":
+        from clearsight.export.onnx import to_onnxruntime
+
+        loaded = to_onnxruntime(loaded, opts.device)
+    return loaded
 
 
 def _check_count(name: str, value: object, *, allow_none: bool) -> None:
@@ -264,15 +293,8 @@ class Restorer:
         The options are validated before the model is loaded, so a bad option fails fast;
         `backend="onnxruntime"` runs the model exported to ONNX (CPU only).
         """
-        from clearsight.zoo import resolve_model
-
         opts = InferenceOptions(**options)
-        loaded = resolve_model(ref, device=opts.device)
-        if opts.backend != "torch":
-            from clearsight.export.onnx import to_onnxruntime
-
-            loaded = to_onnxruntime(loaded, opts.device)
-        return cls(loaded, opts)
+        return cls(load_for_options(ref, opts), opts)
 
     def _check_stages(self) -> dict[str, Any]:
         """Validate the stage options; the keyword arguments for the model's calls."""

@@ -25,6 +25,7 @@ __all__ = [
     "LossConfig",
     "ModelSection",
     "OptimConfig",
+    "QatConfig",
     "ScheduleConfig",
     "TrainConfig",
     "TrainConfigError",
@@ -99,6 +100,17 @@ class LossConfig:
 
 
 @dataclass
+class QatConfig:
+    """Quantization-aware training (`clearsight/compress/qat.py`, docs/quantize.md)."""
+
+    enabled: bool = False
+    backend: str = "x86"  # the torch.ao default QAT qconfig: x86 | fbgemm | qnnpack
+    freeze_step: int = 0
+    """Observers stop at this step (scales and zero points fixed from then on); 0: at half
+    of `train.steps`."""
+
+
+@dataclass
 class TrainSection:
     steps: int = 1000
     grad_accum: int = 1
@@ -127,6 +139,7 @@ class TrainSection:
     nan_patience: int = 3
     max_rollbacks: int = 3
     tensorboard: bool = True
+    qat: QatConfig = field(default_factory=QatConfig)
 
 
 @dataclass
@@ -260,6 +273,17 @@ def _check_values(cfg: TrainConfig) -> None:
         raise TrainConfigError(f"optim.betas: expected 2 values, got {len(cfg.optim.betas)}")
     if sorted(cfg.schedule.milestones) != cfg.schedule.milestones:
         raise TrainConfigError("schedule.milestones: must be increasing")
+    qat = cfg.train.qat
+    if qat.backend not in ("x86", "fbgemm", "qnnpack"):
+        raise TrainConfigError(
+            f"train.qat.backend: {qat.backend!r} is not one of x86, fbgemm, qnnpack"
+        )
+    if qat.freeze_step < 0:
+        raise TrainConfigError(f"train.qat.freeze_step: must be >= 0, got {qat.freeze_step}")
+    if qat.enabled and cfg.train.amp == "bf16":
+        raise TrainConfigError(
+            "train.amp: bf16 cannot be combined with train.qat (int8 fake-quant)"
+        )
 
 
 def config_from_dict(raw: Any) -> TrainConfig:

@@ -7,7 +7,13 @@ of the weights, validation with a metric preset, and exports through `save_artif
 Faults lose nothing: a checkpoint is written atomically every `ckpt_every` steps (and at the
 start, so a rollback always has a target); resume continues bit-exactly on CPU; a NaN/Inf
 loss skips its step, `nan_patience` in a row roll back to the last checkpoint at half the LR,
-and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError`.
+and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError`. Each
+skipped step is logged with where the NaN/inf was found (`TrainResult.nan_events`), and no
+checkpoint or artifact is ever written holding one.
+
+Quantization-aware training (`train.qat`, `clearsight/compress/qat.py`): the model trains
+with fake-quantized convolutions; a skipped step also undoes what its batch did to the
+quantizers' ranges, and the observers freeze at `train.qat.freeze_step`.
 
 Speed without changing the math: on CPU the model and batches are channels-last for the
 architectures that measured faster so (`train.memory_format: auto`, the model's
@@ -24,6 +30,7 @@ CPU, NCCL on GPU), `data.batch_size` is split across ranks, and only rank 0 writ
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -43,6 +50,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from clearsight.artifact import LoadedModel, ModelConfig, make_config, save_artifact
 from clearsight.atomic import atomic_write_text, sweep_leftovers
+from clearsight.compress import qat
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
 from clearsight.engine import detect_train
@@ -107,6 +115,8 @@ class TrainResult:
     val_metrics: dict[str, float] = field(default_factory=dict)
     nan_skipped: int = 0
     rollbacks: int = 0
+    nan_events: list[dict[str, Any]] = field(default_factory=list)
+    """Each skipped step and refused checkpoint: {"step", "nan": where it was found}."""
     lr_scale: float = 1.0
     overfit_ok: bool | None = None
     overfit_ap: float | None = None
@@ -383,8 +393,14 @@ class _Run:
         torch.manual_seed(t.seed)
         self.model = build_model(cfg.model.arch, **cfg.model.args).to(d.device)
         init = _init_from(self.model, cfg) if cfg.model.init else None
+        self.qat = t.qat.enabled
+        if self.qat:  # fake-quantized convs (compress/qat.py); weights exported as fp32
+            self.qat_freeze = t.qat.freeze_step or max(1, t.steps // 2)
+            qat.prepare_qat_model(self.model, t.qat.backend)
         self.spec = get_spec(cfg.model.arch)
         self.speed = speed_settings(t, self.model, d.device)
+        if self.qat:  # fake-quant observers: eager fp32 steps (no autocast, no compile)
+            self.speed = dataclasses.replace(self.speed, amp=False, compiled=False)
         self.detect = (
             detect_train.detection_setup(self.model, cfg, init)
             if self.spec.task == "detect"
@@ -432,6 +448,8 @@ class _Run:
         self.amp = self.speed.amp
         self.step, self.best, self.val_metrics = 0, -math.inf, {}
         self.nan_skipped, self.nan_streak, self.rollbacks, self.lr_scale = 0, 0, 0, 1.0
+        self.nan_events: list[dict[str, Any]] = []
+        self.nan_where = ""
         self.data_hash = data_hash(self.train_ds)
         self.log_fh = None
         self.tb = None
@@ -479,7 +497,17 @@ class _Run:
         self.rollbacks = int(s["counters"]["rollbacks"])
         self.stream.seek(int(s["epoch"]), int(s["position"]))
 
+    def nonfinite_weights(self) -> list[str]:
+        """Parameters and buffers (of the model and its EMA) holding NaN or inf."""
+        bad = qat.nonfinite(self.model)
+        return bad + ([f"ema.{k}" for k in qat.nonfinite(self.ema)] if self.ema is not None else [])
+
     def save(self) -> None:
+        bad = self.nonfinite_weights()
+        if bad:  # never a checkpoint that would carry a NaN forward: back to the last good one
+            self.nan_event("weights", f"{bad[0]} (checkpoint not written)")
+            self.rollback()
+            return
         if self.d.main:
             save_checkpoint(self.state(), self.ckpt_path)
         if self.d.world > 1:
@@ -493,6 +521,7 @@ class _Run:
         for g in self.opt.param_groups:
             g["lr"] = lr
         total = torch.zeros((), device=self.d.device)
+        quant = qat.snapshot(self.model) if self.qat else None
         for micro in range(t.grad_accum):
             inp, tgt = self._batch_to_device(*(batch if batch is not None else self.stream.next()))
             sync = micro == t.grad_accum - 1 or not isinstance(
@@ -507,9 +536,16 @@ class _Run:
             dist.all_reduce(total)
             total /= self.d.world
         ok = bool(torch.isfinite(total))
+        self.nan_where = "" if ok else "loss"
         if ok and t.clip_grad_norm > 0:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
             ok = bool(torch.isfinite(norm))
+            self.nan_where = "" if ok else "gradient norm"
+        if ok and quant is not None:
+            bad = qat.nonfinite(self.model, quant_only=True)
+            ok, self.nan_where = not bad, f"quantizer range {bad[0]}" if bad else ""
+        if not ok and quant is not None:
+            qat.restore(self.model, quant)  # the observers saw the bad batch: undo them too
         if ok:
             self.opt.step()
             if self.ema is not None:
@@ -564,6 +600,13 @@ class _Run:
 
     def export(self, name: str) -> None:
         model = self.export_model()
+        if qat.nonfinite(model):
+            self.nan_event("weights", f"artifact {name}/ not written")
+            return
+        if self.qat:  # the trained weights as a plain fp32 model: loads without torch.ao
+            plain = build_model(self.cfg.model.arch, **self.cfg.model.args)
+            plain.load_state_dict(qat.float_state_dict(model, plain))
+            model = plain
         prov = {
             "training_config": self.cfg.to_dict(),
             "data": {
@@ -578,6 +621,10 @@ class _Run:
                 **self.val_metrics,
             },
         }
+        if self.qat:
+            prov["qat"] = {**dataclasses.asdict(self.cfg.train.qat), "freeze_step": self.qat_freeze}
+        if self.nan_events:
+            prov["nan_events"] = list(self.nan_events)
         if self.detect is not None:
             title = f"{self.cfg.model.arch}-{self.run_dir.name}"
             cfg = self.detect.config(model, self.cfg, provenance=prov, name=title)
@@ -591,6 +638,12 @@ class _Run:
                 metric_preset=self.preset.name,
             )
         save_artifact(model, self.run_dir / name, cfg)
+        if self.qat and name == "last":  # the int8 graph with the trained scales, beside it
+            from clearsight.compress.quantize import qat_int8_onnx, save_quantized_bytes
+            from clearsight.zoo import int8_path_for
+
+            data = qat_int8_onnx(self.export_model(), cfg, f"{self.run_dir / name} (qat)")
+            save_quantized_bytes(data, int8_path_for(self.run_dir / name))
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.d.main:
@@ -642,7 +695,12 @@ class _Run:
                 elif self.agree(float(elapsed >= budget_s))[0] and self.step < t.steps:
                     bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
                     self.cfg.train.steps = self.step
+            if self.qat and self.step == self.qat_freeze:
+                qat.freeze_observers(self.model)
+                self.log({"step": self.step, "qat": "observers frozen"})
+                bar.note(f"step {self.step}: QAT observers frozen (scales fixed from here)")
             if math.isnan(loss):
+                self.nan_event(self.nan_where or "loss", "step skipped")
                 self.nan_skipped, self.nan_streak = self.nan_skipped + 1, self.nan_streak + 1
                 if self.nan_streak >= t.nan_patience:
                     self.rollback()
@@ -694,6 +752,7 @@ class _Run:
                 self.export("best")
         res.steps, res.val_metrics, res.nan_skipped = self.step, self.val_metrics, self.nan_skipped
         res.rollbacks, res.lr_scale = self.rollbacks, self.lr_scale
+        res.nan_events = list(self.nan_events)
         res.best_metric = self.best if math.isfinite(self.best) else None
         res.model = self.export_model()
         if self.overfit and res.first_loss is not None and res.last_loss is not None:
@@ -726,6 +785,14 @@ class _Run:
         bar.note(f"time budget: {t.steps} steps cut to {fits} ({step_s * 1000:.0f} ms/step)")
         t.steps = fits
         bar.set_total(fits)
+
+    def nan_event(self, where: str, what: str) -> None:
+        """Record and log where a NaN/inf was found (the run's report lists them)."""
+        event = {"step": self.step, "nan": where, "action": what}
+        if self.qat:
+            event["qat"] = "frozen" if qat.observers_frozen(self.model) else "observing"
+        self.nan_events.append(event)
+        self.log(event)
 
     def rollback(self) -> None:
         """Back to the last checkpoint at half the LR, or stop after `max_rollbacks`."""

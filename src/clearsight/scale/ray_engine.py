@@ -67,15 +67,9 @@ class RestoreTask:
     max_pixels: int | None = None
 
     def load(self) -> BatchFn:
-        from clearsight.engine.inference import Restorer
-        from clearsight.zoo import resolve_model
+        from clearsight.engine.inference import Restorer, load_for_options
 
-        loaded = resolve_model(self.model, device=self.options.device)
-        if self.options.backend != "torch":
-            from clearsight.export.onnx import to_onnxruntime
-
-            loaded = to_onnxruntime(loaded, self.options.device)
-        restorer = Restorer(loaded, self.options)
+        restorer = Restorer(load_for_options(self.model, self.options), self.options)
 
         def run(items: list[WorkItem]) -> list[ItemResult]:
             return [self._one(restorer, item) for item in items]

@@ -1,0 +1,151 @@
+"""`clearsight compress quantize`: int8 ONNX Runtime model, with its before/after table."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clearsight.cli._app import console, err_console, friendly
+
+
+@friendly
+def quantize_cmd(
+    model: Annotated[
+        str, typer.Argument(help="Artifact path, bundled model, architecture or fp32 .onnx.")
+    ],
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibration",
+            "-c",
+            help="Folder of real input images (or pairs: their input side) for static ranges.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Output .onnx (default: MODEL.int8.onnx beside it)."),
+    ] = None,
+    method: Annotated[
+        str, typer.Option("--method", help="static (calibrated, QDQ) or dynamic.")
+    ] = "static",
+    calibration_method: Annotated[
+        str, typer.Option("--calibration-method", help="minmax, entropy or percentile.")
+    ] = "minmax",
+    calibration_images: Annotated[
+        int, typer.Option("--calibration-images", help="Use the first N images (by name).")
+    ] = 16,
+    calibration_crop: Annotated[
+        int, typer.Option("--calibration-crop", help="Centre crop side of each image (px).")
+    ] = 256,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option("--exclude", help="Keep this node in fp32 (repeatable; fp32 graph names)."),
+    ] = None,
+    output_fp32: Annotated[
+        bool,
+        typer.Option(
+            "--output-fp32/--quantize-output",
+            help="Keep the nodes from the last convolution to each output in fp32 (default).",
+        ),
+    ] = True,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            "-d",
+            help="Pairs to score fp32 vs int8 on (default: the calibration images, vs fp32 only).",
+        ),
+    ] = None,
+    max_images: Annotated[
+        int | None, typer.Option("--max-images", help="Score only the first N of --data.")
+    ] = None,
+    sizes: Annotated[str, typer.Option("--sizes", help="Square latency sizes, e.g. 512,1024.")] = (
+        "512"
+    ),
+    runs: Annotated[int, typer.Option("--runs", help="Timed runs per size (median).")] = 3,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Also write the table as JSON here.")
+    ] = None,
+    no_report: Annotated[
+        bool, typer.Option("--no-report", help="Quantize only: no parity table.")
+    ] = False,
+) -> None:
+    """Int8 post-training quantization with ONNX Runtime; prints fp32 vs int8 (size, PSNR,
+    PSNR against fp32, latency)."""
+    from clearsight.atomic import atomic_write_text
+    from clearsight.compress.quant_report import quant_report
+    from clearsight.compress.quantize import QuantizeOptions, quantize_model, save_quantized
+    from clearsight.engine.ort_backend import load_onnx
+    from clearsight.errors import ClearsightError
+    from clearsight.out_paths import check_output_file
+    from clearsight.zoo import default_int8_output, resolve_model
+
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError:
+        raise ClearsightError(f"--sizes: expected integers like 512,1024, got {sizes!r}") from None
+    opts = QuantizeOptions(
+        method=method,
+        calibration=calibration_method,
+        exclude=tuple(exclude or ()),
+        keep_output_fp32=output_fp32,
+        max_images=calibration_images,
+        crop=calibration_crop,
+    )
+    target = check_output_file(out or default_int8_output(model))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = resolve_model(model)
+        err_console.print(f"quantizing {model} ({method})...", highlight=False)
+        result = quantize_model(loaded, calibration, opts)
+    save_quantized(result, target)
+    console.print(
+        f"wrote {target} ({len(result.data) / 2**20:.2f} MB; fp32 "
+        f"{len(result.fp32_data) / 2**20:.2f} MB); {len(result.excluded)} node(s) kept in fp32",
+        highlight=False,
+        soft_wrap=True,
+    )
+    score_on = data or calibration
+    if no_report or score_on is None:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp32 = load_onnx(result.fp32_data, source=f"{model} (fp32 onnx)")
+        int8 = load_onnx(target)
+        rep = quant_report(
+            fp32,
+            int8,
+            score_on,
+            fp32_mb=len(result.fp32_data) / 2**20,
+            int8_mb=len(result.data) / 2**20,
+            sizes=size_list,
+            runs=runs,
+            max_images=max_images,
+        )
+    head, body = rep.table()
+    table = Table(
+        title=f"{model}: fp32 vs int8 on {score_on} ({rep.n_images} images, {rep.preset})"
+    )
+    for i, col in enumerate(head):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in body:
+        table.add_row(*row)
+    console.print(table)
+    err_console.print(
+        f"ONNX Runtime, {rep.threads} thread(s); load average "
+        + " ".join(f"{v:.2f}" for v in rep.load_average),
+        highlight=False,
+    )
+    if report is not None:
+        atomic_write_text(report, json.dumps(rep.to_dict(), indent=2))
+        console.print(f"report: {report}", highlight=False)
+
+
+def register(group: typer.Typer) -> None:
+    """Add `quantize` to the `compress` group."""
+    group.command("quantize")(quantize_cmd)

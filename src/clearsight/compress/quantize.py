@@ -1,0 +1,389 @@
+"""Int8 post-training quantization through ONNX Runtime (`clearsight compress quantize`).
+
+The input is the project's fp32 ONNX export (`export/onnx.py`, parity-checked against
+PyTorch), or an fp32 `.onnx` file it wrote. `onnxruntime.quantization` does the work:
+
+* `static` (the default): `quantize_static` in QDQ format, int8 weights per output channel,
+  uint8 activations whose ranges come from calibration on real images (`CalibrationReader`:
+  each image prepared with the model's own preprocessing spec and padded to its multiple,
+  as `restore` feeds it). Calibration method: `minmax`, `entropy` or `percentile`.
+* `dynamic`: `quantize_dynamic` (int8 weights, activations quantized per batch at run time;
+  no calibration). ONNX Runtime quantizes only MatMul/Gemm this way on the CPU, not Conv, so
+  for these convolutional restorers it changes little; it is kept for detectors' heads and
+  for comparison.
+
+Nodes left in fp32: by default every node between a graph output and the last convolution
+that feeds it, that convolution included (RESCAN's 1x1 conv to the rain layer and the
+subtraction, MBCNN's final bandpass join). An 8-bit output image quantized once more by the
+graph costs its precision twice; excluding those few nodes costs almost no speed.
+`--exclude NODE` adds more (names as in the fp32 graph; `nodes_of` lists them).
+
+The int8 file carries the fp32 export's metadata unchanged (`onnx_meta.py`: config,
+preprocessing spec, export info, so `load_model` and the ONNX Runtime backend read it as they
+read any export, shared-statistics tiling included) plus `precision: "int8"` and the
+quantization settings inside the export info, and `clearsight_precision` as its own key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clearsight.artifact import LoadedModel
+from clearsight.errors import ClearsightError, OptionError
+from clearsight.onnx_meta import EXPORT_KEY, PRECISION_KEY
+
+METHODS = ("static", "dynamic")
+CALIBRATIONS = ("minmax", "entropy", "percentile")
+DEFAULT_CALIBRATION_IMAGES = 16
+DEFAULT_CALIBRATION_CROP = 256
+"""Calibration images are centre-cropped to this side (after padding to the model's
+multiple): the calibrator keeps every intermediate tensor of a batch, so whole 700x700
+MBCNN inputs would need tens of GB; crops keep the statistics of real content at 256x256."""
+_CONV_TYPES = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+_SHAPE_TYPES = ("Shape", "Constant", "ConstantOfShape")
+_DATA_FIRST = ("Reshape", "Expand", "Tile", "Slice", "Pad", "Resize", "Upsample")
+
+
+class QuantizeError(ClearsightError):
+    """Quantization could not be done (bad input model, calibration data or option)."""
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """How to quantize; validated once, here."""
+
+    method: str = "static"
+    calibration: str = "minmax"
+    per_channel: bool = True
+    exclude: tuple[str, ...] = ()
+    """Extra node names kept in fp32 (besides the output path, unless `keep_output_fp32` is
+    off)."""
+    keep_output_fp32: bool = True
+    max_images: int = DEFAULT_CALIBRATION_IMAGES
+    crop: int = DEFAULT_CALIBRATION_CROP
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise OptionError("method", f"unknown method {self.method!r}; known: static, dynamic")
+        if self.calibration not in CALIBRATIONS:
+            known = ", ".join(CALIBRATIONS)
+            raise OptionError("calibration_method", f"{self.calibration!r}; known: {known}")
+        if self.max_images < 1:
+            raise OptionError("calibration_images", f"must be >= 1, got {self.max_images}")
+        if self.crop < 16:
+            raise OptionError("calibration_crop", f"must be >= 16 pixels, got {self.crop}")
+        object.__setattr__(self, "exclude", tuple(self.exclude))
+
+
+@dataclass
+class QuantizeResult:
+    data: bytes
+    """The int8 model's bytes (with metadata)."""
+    fp32_data: bytes
+    """The fp32 export it was made from (for the parity report)."""
+    excluded: list[str]
+    calibration_images: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+# -- calibration -------------------------------------------------------------------------
+def calibration_images(folder: str | os.PathLike[str], limit: int) -> list[Path]:
+    """The first `limit` images (by name) of `folder`, or of its input side when it holds
+    pairs (`rain/`+`clean/`, `moire/`+`clean/`, `input/`+`target/`): the model is calibrated
+    on what it will be fed, never on targets."""
+    from clearsight.data.pairs import detect_layout
+    from clearsight.io import list_images
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise QuantizeError(f"--calibration: {root} is not a folder of images")
+    with contextlib.suppress(ClearsightError):  # else a plain folder of images
+        root, _ = detect_layout(root)
+    files = list_images(root)
+    return files[:limit]
+
+
+def prepare_image(path: Path, loaded: LoadedModel, pad_multiple: int, crop: int) -> np.ndarray:
+    """One calibration input [1, 3, H, W] float32: read, centre-cropped to at most `crop`
+    (a multiple of `pad_multiple`), the model's preprocessing, padded as `restore` pads."""
+    from clearsight.io import image_to_tensor, read_image
+    from clearsight.preprocess import pad_to_multiple
+
+    x = image_to_tensor(read_image(path))
+    h, w = x.shape[-2:]
+    side = max(pad_multiple, crop // pad_multiple * pad_multiple)
+    ch, cw = min(h, side), min(w, side)
+    top, left = (h - ch) // 2, (w - cw) // 2
+    x = x[..., top : top + ch, left : left + cw]
+    x = pad_to_multiple(loaded.config.preprocess.to_model(x), pad_multiple)
+    return np.ascontiguousarray(x.numpy().astype(np.float32))
+
+
+def _reader_class() -> type:
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class CalibrationReader(CalibrationDataReader):  # type: ignore[misc]
+        """Feeds the prepared calibration images one by one (ORT's reader protocol)."""
+
+        def __init__(self, inputs: list[np.ndarray], input_name: str) -> None:
+            self.inputs = inputs
+            self.input_name = input_name
+            self._it = iter(self.inputs)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            x = next(self._it, None)
+            return None if x is None else {self.input_name: x}
+
+        def rewind(self) -> None:
+            self._it = iter(self.inputs)
+
+    return CalibrationReader
+
+
+# -- graph helpers -----------------------------------------------------------------------
+def nodes_of(data: bytes) -> list[tuple[str, str]]:
+    """(name, op type) of every node of an ONNX graph, in graph order."""
+    import onnx
+
+    return [(n.name, n.op_type) for n in onnx.load_from_string(data).graph.node]
+
+
+def output_path_nodes(data: bytes) -> list[str]:
+    """Names of the nodes between each graph output and the last convolution (included)
+    that feeds it: walking back from the output, through every non-conv node, stopping at
+    convolutions and at graph inputs and initializers."""
+    import onnx
+
+    g = onnx.load_from_string(data).graph
+    producer = {o: n for n in g.node for o in n.output}
+    found: list[str] = []
+    seen: set[str] = set()
+    todo = [o.name for o in g.output]
+    while todo:
+        name = todo.pop()
+        node = producer.get(name)
+        if node is None or node.name in seen or node.op_type in _SHAPE_TYPES:
+            continue
+        seen.add(node.name)
+        found.append(node.name)
+        if node.op_type not in _CONV_TYPES:
+            # a reshape's target shape is not data on the path, only its first input is
+            todo.extend(node.input[:1] if node.op_type in _DATA_FIRST else node.input)
+    return found
+
+
+def _with_metadata(data: bytes, props: dict[str, str], extra: dict[str, Any]) -> bytes:
+    """`data` with the fp32 export's metadata, its export info extended by `extra`."""
+    import onnx
+
+    proto = onnx.load_from_string(data)
+    info = json.loads(props[EXPORT_KEY])
+    info.update(extra)
+    merged = {**props, EXPORT_KEY: json.dumps(info), PRECISION_KEY: str(extra["precision"])}
+    del proto.metadata_props[:]
+    for k, v in merged.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = k, v
+    proto.producer_name = "clearsight"
+    return proto.SerializeToString()
+
+
+def _metadata(data: bytes) -> dict[str, str]:
+    import onnx
+
+    return {p.key: p.value for p in onnx.load_from_string(data).metadata_props}
+
+
+# -- the work ----------------------------------------------------------------------------
+def fp32_onnx(loaded: LoadedModel) -> bytes:
+    """The fp32 ONNX bytes of `loaded`: exported (parity-checked) from a PyTorch model, or
+    the file an fp32 ONNX model was loaded from."""
+    from clearsight.engine.ort_backend import OrtModel
+    from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
+
+    model = loaded.model
+    if isinstance(model, OrtModel):
+        if precision_of(model.export_info) != "fp32":
+            raise QuantizeError(
+                f"{loaded.source} is already quantized ({precision_of(model.export_info)})"
+            )
+        src = model._model_data
+        if src is None:
+            raise QuantizeError(f"{loaded.source}: the ONNX model's bytes are not available")
+        return src if isinstance(src, bytes) else Path(src).read_bytes()
+    if loaded.config.task == "detect":
+        # the two places a detector plugs in: its fp32 export here, and `prepare_image`'s
+        # preprocessing (the detector's fixed input size and letterbox instead of padding)
+        raise QuantizeError(
+            f"{loaded.source}: quantizing detectors needs their fp32 ONNX export, which this "
+            "build does not have yet; restoration models (RESCAN, MBCNN) are supported"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
+    return data
+
+
+QAT_TOLERANCE = 0.02
+"""Max abs difference allowed between ONNX Runtime's QDQ graph and the PyTorch fake-quant
+model it came from: a value on a rounding boundary may land one quantization step apart."""
+
+
+def qat_int8_onnx(model: Any, config: Any, source: str) -> bytes:
+    """The int8 QDQ ONNX bytes of a QAT-trained model (`compress/qat.py`), with its trained
+    scales and zero points, parity-checked against the fake-quant model, and the fp32
+    export's metadata plus `precision: "int8"` (`quantization.method: "qat"`)."""
+    import copy
+
+    from clearsight.compress.qat import exportable
+    from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
+
+    graph = exportable(copy.deepcopy(model).cpu().eval())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data, parity = export_onnx_bytes(
+            LoadedModel(graph, config, source),
+            parity_sizes=PARITY_SIZES_QUICK,
+            tolerance=QAT_TOLERANCE,
+        )
+    settings = {
+        "method": "qat",
+        "format": "QDQ",
+        "weights": "int8 per-channel (trained)",
+        "activations": "uint8 (trained scales)",
+        "parity_max_abs_diff": parity.max_abs_diff,
+        "onnxruntime": _ort_version(),
+    }
+    return _with_metadata(data, _metadata(data), {"precision": "int8", "quantization": settings})
+
+
+def precision_of(export_info: dict[str, Any]) -> str:
+    """An export's precision: "fp32" for files written before the key existed."""
+    return str(export_info.get("precision", "fp32"))
+
+
+def quantize_model(
+    loaded: LoadedModel,
+    calibration: str | os.PathLike[str] | None,
+    options: QuantizeOptions | None = None,
+) -> QuantizeResult:
+    """Quantize `loaded` to int8; `calibration` is a folder of real images (static only)."""
+    opts = options or QuantizeOptions()
+    fp32 = fp32_onnx(loaded)
+    props = _metadata(fp32)
+    info = json.loads(props[EXPORT_KEY])
+    known = {name for name, _ in nodes_of(fp32)}
+    unknown = [n for n in opts.exclude if n not in known]
+    if unknown:
+        raise OptionError(
+            "exclude", f"no node named {', '.join(map(repr, unknown))} in the fp32 graph"
+        )
+    excluded = list(
+        dict.fromkeys([*(output_path_nodes(fp32) if opts.keep_output_fp32 else []), *opts.exclude])
+    )
+    used: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="clearsight-quant-") as tmp:
+        src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
+        src.write_bytes(fp32)
+        if opts.method == "static":
+            if calibration is None:
+                raise OptionError("calibration", "static quantization needs a folder of images")
+            paths = calibration_images(calibration, opts.max_images)
+            pad = int(info.get("pad_multiple", 1))
+            inputs = [prepare_image(p, loaded, pad, opts.crop) for p in paths]
+            used = [str(p) for p in paths]
+            _static(src, dst, inputs, opts, excluded)
+        else:
+            _dynamic(src, dst, opts, excluded)
+        data = dst.read_bytes()
+    settings = {
+        "method": opts.method,
+        "format": "QDQ" if opts.method == "static" else "QOperator",
+        "weights": "int8 per-channel" if opts.per_channel else "int8 per-tensor",
+        "activations": "uint8" if opts.method == "static" else "dynamic",
+        "calibration": opts.calibration if opts.method == "static" else None,
+        "calibration_images": len(used),
+        "calibration_crop": opts.crop if opts.method == "static" else None,
+        "excluded_nodes": excluded,
+        "onnxruntime": _ort_version(),
+    }
+    data = _with_metadata(data, props, {"precision": "int8", "quantization": settings})
+    return QuantizeResult(
+        data=data,
+        fp32_data=fp32,
+        excluded=excluded,
+        calibration_images=used,
+        options=asdict(opts),
+    )
+
+
+def _ort_version() -> str:
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
+
+
+def _static(
+    src: Path, dst: Path, inputs: list[np.ndarray], opts: QuantizeOptions, excluded: list[str]
+) -> None:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }[opts.calibration]
+    reader = _reader_class()(inputs, "input")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_static(
+            src,
+            dst,
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=opts.per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=excluded,
+            calibrate_method=method,
+            extra_options={"CalibMovingAverage": False},
+        )
+
+
+def _dynamic(src: Path, dst: Path, opts: QuantizeOptions, excluded: list[str]) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(
+            src,
+            dst,
+            per_channel=opts.per_channel,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=excluded,
+        )
+
+
+def save_quantized(result: QuantizeResult, out: str | os.PathLike[str]) -> Path:
+    """Write the int8 model atomically (readable as the fp32 export is)."""
+    return save_quantized_bytes(result.data, out)
+
+
+def save_quantized_bytes(data: bytes, out: str | os.PathLike[str]) -> Path:
+    from clearsight.atomic import atomic_write_bytes
+
+    target = Path(out)
+    atomic_write_bytes(target, data)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(target, 0o666 & ~umask)
+    return target
