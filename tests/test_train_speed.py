@@ -204,6 +204,18 @@ def test_resume_is_bit_exact_under_each_setting(
 
 
 # ------------------------------------------------------------------ torch.compile
+def test_auto_layout_is_contiguous_when_compiled() -> None:
+    model = RESCAN(channels=4, stages=2, depth=3)
+    long = tiny_config(Path("."), train={"compile": "auto", "steps": COMPILE_MIN_STEPS}).train
+    short = tiny_config(Path("."), train={"compile": "auto", "steps": 8}).train
+    compiled = trainer.speed_settings(long, model, CPU, AVX512)
+    assert compiled.compiled and not compiled.channels_last  # measured slower on top
+    eager = trainer.speed_settings(short, model, CPU, AVX512)
+    assert not eager.compiled and eager.channels_last
+    forced = tiny_config(Path("."), train={"compile": "on", "memory_format": "channels_last"}).train
+    assert trainer.speed_settings(forced, model, CPU, AVX2).channels_last  # forced: kept
+
+
 def test_compile_setting() -> None:
     rescan, mbcnn = RESCAN(channels=4, stages=2, depth=3), MBCNN(n_filters=4)
     long, short = COMPILE_MIN_STEPS, COMPILE_MIN_STEPS - 1
