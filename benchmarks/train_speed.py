@@ -13,7 +13,8 @@ step is the trainer's own `train_step`, run under each setting:
   `clearsight.cpu_features`; elsewhere bf16 is emulated and slower: skipped with a message,
   `--force-bf16` times it anyway)
 - torch.compile (`train.compile: on`), fp32 and (with native bf16) bf16; the compile itself
-  (minutes) happens in the warm-up rounds and is not timed; `--no-compile` skips these rows
+  (minutes) happens in the warm-up rounds and is not timed; only for architectures that
+  compile by default (RESCAN) unless `--compile-all`; `--no-compile` skips these rows
 - auto: what `train.amp`, `train.memory_format` and `train.compile: auto` choose on this
   machine for a long run
 
@@ -45,6 +46,7 @@ import torch.nn.functional as F
 from clearsight.cpu_features import detect_cpu_features
 from clearsight.engine.train_config import config_from_dict
 from clearsight.engine.trainer import _Dist, _Run
+from clearsight.models.registry import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 OFFICIAL_DIR = REPO.parent / "shared" / "peers" / "rescan_official"
@@ -144,12 +146,17 @@ def build_variants(args: argparse.Namespace, data: Path, tmp: Path) -> list[Vari
                 print(f"official RESCAN code skipped: {OFFICIAL_DIR} is absent")
         settings = [("before: contiguous, fp32", "contiguous", "off", "off", True)]
         settings.append(("channels-last, fp32", "channels_last", "off", "off", True))
-        if not args.no_compile:
+        # compiled rows for the architectures that compile by default (`prefers_compile`);
+        # mbcnn-light measured 1.04x compiled, so timing its minutes of compiling is opt-in
+        compiled_rows = not args.no_compile and (
+            args.compile_all or bool(getattr(build_model(arch), "prefers_compile", False))
+        )
+        if compiled_rows:
             settings.append(("contiguous, fp32, compiled", "contiguous", "off", "on", True))
         if bf16:
             settings.append(("contiguous, bf16 autocast", "contiguous", "bf16", "off", False))
             settings.append(("channels-last, bf16 autocast", "channels_last", "bf16", "off", False))
-            if not args.no_compile:
+            if compiled_rows:
                 settings.append(("contiguous, bf16, compiled", "contiguous", "bf16", "on", False))
         for name, fmt, amp, comp, fp32 in settings:
             step, _ = trainer_step(
@@ -190,6 +197,9 @@ def main() -> None:
     ap.add_argument("--mbcnn-patch", type=int, default=128)
     ap.add_argument("--force-bf16", action="store_true", help="time bf16 without native support")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
+    ap.add_argument(
+        "--compile-all", action="store_true", help="compiled rows for every architecture"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cpu = detect_cpu_features().describe()
