@@ -227,6 +227,11 @@ def test_compile_setting() -> None:
     assert use_compile("off", rescan, CPU, long) is False
     with pytest.raises(TrainConfigError, match="train.compile"):
         tiny_config(Path("."), train={"compile": "yes"})
+    # a bare YAML off/on is a boolean: read as the word (`--set train.compile=off`)
+    assert tiny_config(Path("."), train={"compile": False, "amp": False}).train.compile == "off"
+    assert tiny_config(Path("."), train={"compile": True}).train.compile == "on"
+    with pytest.raises(TrainConfigError, match="train.amp"):
+        tiny_config(Path("."), train={"amp": True})  # amp has no "on"
 
 
 def test_compiled_training_matches_eager_and_resumes_exactly(data: Path, tmp_path: Path) -> None:

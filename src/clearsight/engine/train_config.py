@@ -286,9 +286,22 @@ def _check_values(cfg: TrainConfig) -> None:
         )
 
 
+def _yaml_switches(raw: Any) -> Any:
+    """YAML 1.1 reads a bare `off`/`on` as a boolean: `train.amp: off` or `--set
+    train.compile=off` mean the words, so booleans there become them again."""
+    train = raw.get("train") if isinstance(raw, dict) else None
+    if not isinstance(train, dict):
+        return raw
+    fixed = dict(train)
+    for key in ("amp", "compile"):
+        if isinstance(fixed.get(key), bool):
+            fixed[key] = "on" if fixed[key] else "off"
+    return {**raw, "train": fixed}
+
+
 def config_from_dict(raw: Any) -> TrainConfig:
     """Check a parsed YAML/JSON dict and build the config."""
-    cfg = _section(raw, TrainConfig, "")
+    cfg = _section(_yaml_switches(raw), TrainConfig, "")
     _check_values(cfg)
     return cfg
 
