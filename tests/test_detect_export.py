@@ -113,6 +113,30 @@ def test_detect_cli_runs_an_exported_detector(tiny, tmp_path):
     assert np.allclose([d["bbox"] for d in results], [d["bbox"] for d in want], atol=0.02)
 
 
+def test_detect_cli_backend_onnxruntime_matches_torch(tiny, tmp_path):
+    """`detect --backend onnxruntime` on an artifact exports it in memory and runs ONNX
+    Runtime: the same detections as the PyTorch run; an unknown backend is one line."""
+    _, art, _ = tiny
+    write_image(tmp_path / "in" / "3.png", synthetic_scene(64, 96, seed=6))
+    found = {}
+    for backend in ("torch", "onnxruntime"):
+        out = tmp_path / backend
+        args = ["detect", str(tmp_path / "in"), "--model", str(art), "-o", str(out)]
+        r = runner.invoke(app, [*args, "--backend", backend])
+        assert r.exit_code == 0, r.output
+        found[backend] = json.loads((out / "detections.json").read_text())
+    assert len(found["torch"]) > 0
+    assert [d["category_id"] for d in found["onnxruntime"]] == [
+        d["category_id"] for d in found["torch"]
+    ]
+    assert np.allclose(
+        [d["bbox"] for d in found["onnxruntime"]], [d["bbox"] for d in found["torch"]], atol=0.02
+    )
+    assert isinstance(Detector.from_pretrained(str(art), backend="onnxruntime").model, OrtDetector)
+    r = runner.invoke(app, ["detect", str(tmp_path / "in"), "--model", str(art), "--backend", "x"])
+    assert r.exit_code != 0 and "unknown backend 'x'" in r.output
+
+
 def _contest_coco(root: Path) -> Path:
     """Three annotated synthetic scenes in the contest's folder layout."""
     images, anns = [], []

@@ -60,6 +60,33 @@ def test_rewrites_drop_maxpool_dilations() -> None:
     assert "dilations" not in {a.name for a in node.attribute}
 
 
+def test_fixed_size_bilinear_resize_becomes_matmuls() -> None:
+    """The contest adapter's resize (static sizes, half-pixel bilinear, down and up) as
+    MatMuls: ONNX Runtime gives the same output before and after."""
+    import onnx
+    import onnxruntime as ort
+
+    class Resize(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.interpolate(x, size=(7, 19), mode="bilinear")
+
+    x = torch.rand(1, 3, 11, 13)
+    data = _onnx(Resize(), x, dynamic=False)
+    rewritten, rewrites = rewrite_for_x2paddle(data)
+    assert rewrites.resize_linear == 1
+    ops = {n.op_type for n in onnx.load_from_string(rewritten).graph.node}
+    assert "Resize" not in ops and "MatMul" in ops
+
+    def run(d: bytes) -> np.ndarray:
+        return ort.InferenceSession(d, providers=["CPUExecutionProvider"]).run(
+            None, {"input": x.numpy()}
+        )[0]
+
+    want = Resize()(x).numpy()
+    assert np.abs(run(data) - want).max() < 1e-6
+    assert np.abs(run(rewritten) - want).max() < 1e-5
+
+
 def _need_paddle() -> None:
     pytest.importorskip("paddle", reason="Paddle is not installed (clearsight[paddle])")
     pytest.importorskip("x2paddle", reason="x2paddle is not installed (clearsight[paddle])")
@@ -164,3 +191,56 @@ def test_contest_scorer_same_on_paddle_and_pytorch(shared_data: Path, tmp_path: 
     )  # fmt: skip
     assert got.detections == ref.detections and got.madds == ref.madds
     assert got.map == pytest.approx(ref.map, abs=1e-6) and ref.map > 0.1
+
+
+def test_contest_paddle_from_the_cli_scores_like_pytorch(tmp_path: Path) -> None:
+    """`export DETECTOR --format paddle --layout astar` then `astar-score DIR`: the Paddle
+    folder gives PyTorch's detections, mAP and MAdds, and the JSON names the runtime."""
+    _need_paddle()
+    from typer.testing import CliRunner
+
+    from clearsight.cli import app
+    from clearsight.detection.astar import astar_score
+    from tests.test_detect_export import _contest_coco, _tiny_ssd
+
+    lm = _tiny_ssd()
+    art = save_artifact(lm.model, tmp_path / "tiny-ssd", lm.config)
+    folder = tmp_path / "contest.paddle"
+    cli = CliRunner()
+    res = cli.invoke(
+        app, ["export", str(art), "--format", "paddle", "--layout", "astar", "-o", str(folder)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "max abs difference" in res.output
+    data = _contest_coco(tmp_path / "coco")
+    out = tmp_path / "score.json"
+    res = cli.invoke(
+        app,
+        ["astar-score", str(folder), "--data", str(data), "--keep-last-single", "--json", str(out)],
+    )
+    assert res.exit_code == 0, res.output
+    got = json.loads(out.read_text())
+    ref = astar_score(lm, data, drop_last_single=False)
+    assert got["runtime"] == "paddle-inference" and ref.runtime == "pytorch"
+    assert got["images"] == ref.images == 3 and got["detections"] == ref.detections > 0
+    assert got["madds"] == ref.madds and got["score"] == pytest.approx(ref.score, abs=1e-4)
+    assert got["map"] == pytest.approx(ref.map, abs=1e-6)
+
+
+def test_astar_score_refuses_a_paddle_folder_without_the_contest_record(tmp_path: Path) -> None:
+    """A Paddle export not made with --layout astar is named, with the command that makes one."""
+    _need_paddle()
+    from typer.testing import CliRunner
+
+    from clearsight.cli import app
+    from tests.test_detect_export import _contest_coco
+
+    folder = tmp_path / "plain.paddle"
+    folder.mkdir()
+    for name in ("model.json", "model.pdiparams"):
+        (folder / name).write_bytes(b"")
+    (folder / "clearsight.json").write_text('{"onnx_metadata": {}}')
+    data = _contest_coco(tmp_path / "coco")
+    res = CliRunner().invoke(app, ["astar-score", str(folder), "--data", str(data)])
+    assert res.exit_code != 0
+    assert "not a contest-layout Paddle export" in res.output and "--layout astar" in res.output

@@ -303,16 +303,26 @@ def prune(
 
 
 def export_paddle(
-    model: str | os.PathLike[str], out: str | os.PathLike[str] | None = None
+    model: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    layout: str | None = None,
 ) -> PaddleExport:
     """Export `model` (any `load_model` reference, an `.onnx` file with clearsight metadata
     included) as a Paddle inference folder, parity-checked with Paddle Inference on the CPU
-    (docs/export.md); default folder MODEL.paddle."""
+    (docs/export.md); default folder MODEL.paddle. `layout="astar"`: a detector in the Astar
+    contest's interface, the contest submission (docs/paddle.md)."""
     from clearsight.export.onnx import default_output
+    from clearsight.export.paddle import export_contest_paddle
     from clearsight.export.paddle import export_paddle as export_loaded
     from clearsight.out_paths import check_output_folder
 
-    target = check_output_folder(out or default_output(str(model), "paddle"), "export output")
+    if layout not in (None, "astar"):
+        raise ClearsightError(f"export_paddle: layout must be None or 'astar', got {layout!r}")
+    default = default_output(str(model), "paddle", layout)
+    target = check_output_folder(out or default, "export output")
+    if layout == "astar":
+        return export_contest_paddle(load_model(model), target)
     return export_loaded(load_model(model), target)
 
 

@@ -14,7 +14,13 @@ from clearsight.cli._options import DeviceOpt
 @app.command("astar-score")
 @friendly
 def astar_score_cmd(
-    model: Annotated[str, typer.Argument(help="Detection artifact or bundled model name.")],
+    model: Annotated[
+        str,
+        typer.Argument(
+            help="Detection artifact, bundled model name, --layout astar .onnx file, or "
+            "contest Paddle folder (export --format paddle --layout astar)."
+        ),
+    ],
     data: Annotated[
         Path, typer.Option("--data", "-d", help="Folder with annotations/ and val2017/.")
     ],
@@ -37,6 +43,7 @@ def astar_score_cmd(
     contest quirk is on unless turned off, and the result says which were)."""
     from clearsight.atomic import atomic_write_text
     from clearsight.detection.astar import astar_score
+    from clearsight.export.paddle import is_paddle_folder, load_contest_paddle
 
     if limit is not None and limit < 1:
         raise typer.BadParameter(f"must be >= 1, got {limit}", param_hint="--limit")
@@ -45,14 +52,17 @@ def astar_score_cmd(
         quirks["nms_plus_one"] = False
     if keep_last_single:
         quirks["drop_last_single"] = False
-    result = astar_score(model, data, limit=limit, device=device, **quirks)
+    target: object = model
+    if is_paddle_folder(model):
+        target = load_contest_paddle(model)
+    result = astar_score(target, data, limit=limit, device=device, **quirks)
     console.print(
         f"mAP {result.map:.4f}  MAdds {result.madds:.1f} M  penalty {result.penalty:.2f}  "
         f"score {result.score:.2f}  ({result.images} images)",
         highlight=False,
     )
     on = ", ".join(k for k, v in result.quirks.items() if v is True) or "none"
-    err_console.print(f"quirks on: {on}", highlight=False)
+    err_console.print(f"runtime: {result.runtime}; quirks on: {on}", highlight=False)
     if result.adapter:
         err_console.print(f"adapter: {result.adapter}", highlight=False)
     if json_out is not None:

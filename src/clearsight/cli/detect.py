@@ -10,6 +10,7 @@ import typer
 from clearsight.cli._app import EXIT_SOME_FAILED, app, console, err_console, friendly, progress
 from clearsight.cli._options import (
     AddressOpt,
+    BackendOpt,
     BatchSizeOpt,
     DeviceOpt,
     EngineOpt,
@@ -40,6 +41,7 @@ def detect_cmd(
         float, typer.Option("--score-threshold", help="Keep detections scoring at least this.")
     ] = 0.3,
     device: DeviceOpt = "cpu",
+    backend: BackendOpt = "torch",
     fail_fast: FailFastOpt = False,
     skip_existing: SkipExistingOpt = None,
     engine: EngineOpt = "local",
@@ -50,6 +52,8 @@ def detect_cmd(
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
     if use_ray(engine):
+        if backend != "torch":
+            raise OptionError("backend", "detect runs --backend onnxruntime with --engine local")
         _detect_on_ray(
             inputs,
             out,
@@ -66,7 +70,7 @@ def detect_cmd(
         raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     from clearsight.detection.detector import Detector
 
-    detector = Detector.from_pretrained(model, device=device)
+    detector = Detector.from_pretrained(model, device=device, backend=backend)
     with progress() as bar:
         task = bar.add_task("detecting", total=None)
 

@@ -36,7 +36,8 @@ def export_cmd(
         typer.Option(
             "--layout",
             help="Detectors: decoded (boxes + scores before NMS, default) or astar (the "
-            "Astar 2019 contest interface, scored by astar-score).",
+            "Astar 2019 contest interface, scored by astar-score; with --format paddle, the "
+            "contest's Paddle submission).",
         ),
     ] = None,
 ) -> None:
@@ -48,8 +49,11 @@ def export_cmd(
 
     fmt = check_format(fmt)
     layout = None if layout is None else check_layout(layout)
-    if fmt == "paddle" and layout is not None:
-        raise ClearsightError("--layout applies to --format onnx only")
+    if fmt == "paddle" and layout == "decoded":
+        raise ClearsightError(
+            "--format paddle takes --layout astar only (the contest model); for the decoded "
+            "layout export ONNX, then convert the .onnx file with --format paddle"
+        )
     target = out or default_output(model, fmt, layout)
     if skip_existing and target.exists():
         console.print(f"{target} exists, skipped (--skip-existing)", highlight=False)
@@ -57,7 +61,7 @@ def export_cmd(
     if fmt == "paddle":
         from clearsight.api import export_paddle
 
-        result = export_paddle(model, target)
+        result = export_paddle(model, target, layout=layout)
         console.print(
             "parity (Paddle Inference vs the reference at "
             + ", ".join(f"{h}x{w}" for h, w in result.sizes)

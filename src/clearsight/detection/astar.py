@@ -19,10 +19,12 @@ The contest's `score.py`, step by step, as reproduced here:
    above 1300 the score is 0, else 100 * mAP - (5.1249 * ln(MAdds) - 14.499).
 
 `astar_score(model, data_dir)` returns an `AstarResult`; `AstarResult.to_dict()` is the
-JSON the `astar-score` command prints or writes. The model is a clearsight detector (run
-behind `ContestAdapter`, MAdds by forward hooks) or an ONNX file exported with
-`clearsight export MODEL --layout astar` (the adapter traced; run by ONNX Runtime, MAdds
-counted on its graph by `madds.count_madds_onnx`).
+JSON the `astar-score` command prints or writes (its `runtime` says what ran the model).
+The model is a clearsight detector (run behind `ContestAdapter`, MAdds by forward hooks), an
+ONNX file exported with `clearsight export MODEL --layout astar` (the adapter traced; run by
+ONNX Runtime, MAdds counted on its graph by `madds.count_madds_onnx`), or a `ContestModel`:
+e.g. a contest-layout Paddle inference folder (`export.paddle.load_contest_paddle`, run by
+Paddle Inference, MAdds as counted on the adapter at export).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,7 @@ class AstarResult:
     model: str = ""
     adapter: str = ""
     detections: int = 0
+    runtime: str = ""  # what ran the contest batches: pytorch, onnxruntime, paddle-inference
     madds_layers: list[tuple[str, str, int]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -326,10 +329,29 @@ class ContestAdapter(nn.Module):
 
 # --- the scorer ----------------------------------------------------------------------------
 
+Runner = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
-def _load_model(model_ref: Any) -> tuple[nn.Module, Any, str]:
+
+@dataclass
+class ContestModel:
+    """A contest-interface model run by something other than PyTorch or ONNX Runtime:
+    `run` (contest batch -> boxes, scores), its config, its MAdds as counted where it was
+    made (the contest's halving is applied by the scorer's quirk), the report's note and
+    the runtime's name."""
+
+    run: Runner
+    config: Any
+    count: MAddsCount
+    source: str
+    note: str
+    runtime: str
+
+
+def _load_model(model_ref: Any) -> tuple[Any, Any, str]:
     from clearsight.artifact import LoadedModel
 
+    if isinstance(model_ref, ContestModel):
+        return model_ref, model_ref.config, model_ref.source
     if isinstance(model_ref, LoadedModel):
         return model_ref.model, model_ref.config, model_ref.source
     from clearsight.zoo import resolve_model
@@ -339,11 +361,11 @@ def _load_model(model_ref: Any) -> tuple[nn.Module, Any, str]:
 
 
 def _contest_runner(
-    model: nn.Module, config: Any, device: str, halve_quantized: bool
-) -> tuple[Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]], MAddsCount, str]:
-    """What runs the contest batches, its MAdds and the report's note: a clearsight detector
-    behind `ContestAdapter`, or an ONNX file exported with `--layout astar` (ONNX Runtime,
-    MAdds counted on its graph)."""
+    model: Any, config: Any, device: str, halve_quantized: bool
+) -> tuple[Runner, MAddsCount, str, str]:
+    """What runs the contest batches, its MAdds, the report's note and the runtime: a
+    clearsight detector behind `ContestAdapter`, an ONNX file exported with `--layout
+    astar` (ONNX Runtime, MAdds counted on its graph), or a `ContestModel`."""
     from clearsight.engine.ort_detect import OrtDetector
 
     if config.task != "detect":
@@ -351,6 +373,9 @@ def _contest_runner(
             f"model {config.name or config.architecture} is a {config.task!r} model, not a "
             "detector (task 'detect')"
         )
+    if isinstance(model, ContestModel):
+        count = replace(model.count, halve_quantized=halve_quantized)
+        return model.run, count, model.note, model.runtime
     if isinstance(model, OrtDetector):
         if model.layout != "astar" or model.model_data is None:
             raise ClearsightError(
@@ -362,10 +387,10 @@ def _contest_runner(
             "ONNX Runtime runs the exported contest-layout graph (its own folded "
             "preprocessing); MAdds counted on the ONNX graph"
         )
-        return model.run_contest, count, note
+        return model.run_contest, count, note, "onnxruntime"
     adapter = ContestAdapter(model, config).to(device).eval()
     count = count_madds(adapter, CONTEST_SIZE, halve_quantized=halve_quantized)
-    return adapter, count, adapter.note
+    return adapter, count, adapter.note, "pytorch"
 
 
 def astar_score(
@@ -377,8 +402,8 @@ def astar_score(
     runner: Any = None,
     **quirks: Any,
 ) -> AstarResult:
-    """Score a clearsight detector (a name, path or `LoadedModel`) as the contest did on
-    `data_dir` (holding `annotations/instances_val2017.json` and `val2017/`).
+    """Score a clearsight detector (a name, path, `LoadedModel` or `ContestModel`) as the
+    contest did on `data_dir` (holding `annotations/instances_val2017.json` and `val2017/`).
 
     Keyword arguments override `AstarQuirks` fields (e.g. `drop_last_single=False`);
     `limit` scores only the first N images (a quick check, not a contest figure).
@@ -399,7 +424,9 @@ def astar_score(
     if not ann.is_file() or not img_dir.is_dir():
         raise ClearsightError(f"{data}: needs annotations/instances_val2017.json and val2017/")
     model, config, source = _load_model(model_ref_or_loaded)
-    run, count, note = _contest_runner(model, config, device, q.halve_quantized)
+    run, count, note, runtime = _contest_runner(model, config, device, q.halve_quantized)
+    if runner is not None:
+        runtime = getattr(runner, "runtime", type(runner).__name__)
     with contextlib.redirect_stdout(io.StringIO()):
         coco = COCO(str(ann))
     images = contest_images(coco, q)
@@ -451,6 +478,7 @@ def astar_score(
         model=config.name or source,
         adapter=note,
         detections=len(results),
+        runtime=runtime,
         madds_layers=count.layers,
     )
 

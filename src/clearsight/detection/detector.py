@@ -125,12 +125,23 @@ class Detector:
 
     @classmethod
     def from_pretrained(
-        cls, ref: str = DEFAULT_DETECT_MODEL, device: str | torch.device = "cpu"
+        cls,
+        ref: str = DEFAULT_DETECT_MODEL,
+        device: str | torch.device = "cpu",
+        backend: str = "torch",
     ) -> Detector:
-        """A detector from an artifact path, a bundled model name or an exported .onnx file."""
+        """A detector from an artifact path, a bundled model name or an exported .onnx file.
+        `backend="onnxruntime"`: a PyTorch detector is exported to ONNX in memory (decoded
+        layout, parity-checked) and run by ONNX Runtime on the CPU, as restore's --backend."""
+        from clearsight.engine.ort_backend import check_backend
         from clearsight.zoo import resolve_model
 
-        return cls(resolve_model(ref, device=device), device=device)
+        loaded = resolve_model(ref, device=device)
+        if check_backend(backend) != "torch":
+            from clearsight.export.onnx import to_onnxruntime
+
+            loaded = to_onnxruntime(loaded, str(device))
+        return cls(loaded, device=device)
 
     @torch.inference_mode()
     def detect_batch(

@@ -16,6 +16,11 @@ x2paddle converts op by op and fails on a few patterns that PyTorch's exporter w
   Paddle 3.3, with `scale_factor` and with `size` alike). An integer-factor nearest upsample
   is exactly a depthwise `ConvTranspose` with a kernel of ones (kernel = stride = factor),
   which is what the graph gets instead; H and W may stay dynamic.
+- **bilinear `Resize` to a fixed size** (the Astar contest adapter's 300x300 -> model-size
+  resize): x2paddle skips the empty `roi`/`scales` inputs before the `sizes` one and fails
+  ("list index out of range"). With static input and output sizes a half-pixel bilinear
+  resize is a linear map per axis, so it becomes two `MatMul`s (and two `Transpose`s) with
+  constant interpolation matrices (rows: output pixels; two weights each), which every runtime runs.
 
 Each rewrite is counted and reported (`Rewrites`), so the export says what it changed.
 """
@@ -39,6 +44,7 @@ class Rewrites:
     folded: Counter[str] = field(default_factory=Counter)
     maxpool_dilations: int = 0
     resize_nearest: int = 0
+    resize_linear: int = 0
 
     def describe(self) -> list[str]:
         out = []
@@ -49,6 +55,8 @@ class Rewrites:
             out.append(f"dropped dilations=1 from {self.maxpool_dilations} MaxPool")
         if self.resize_nearest:
             out.append(f"{self.resize_nearest} nearest Resize as a depthwise ConvTranspose of ones")
+        if self.resize_linear:
+            out.append(f"{self.resize_linear} fixed-size bilinear Resize as two MatMuls")
         return out
 
 
@@ -176,6 +184,68 @@ def _resize_nearest(proto: Any, rewrites: Rewrites) -> None:
         rewrites.resize_nearest += 1
 
 
+def _linear_matrix(n_in: int, n_out: int) -> np.ndarray:
+    """[n_out, n_in]: half-pixel linear interpolation along one axis (source positions
+    clamped to the input, as PyTorch's and ONNX Runtime's bilinear resize do)."""
+    src = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+    i0 = np.floor(src).astype(np.int64)
+    i1 = np.minimum(i0 + 1, n_in - 1)
+    w1 = src - i0
+    a = np.zeros((n_out, n_in), np.float64)
+    rows = np.arange(n_out)
+    np.add.at(a, (rows, i0), 1 - w1)
+    np.add.at(a, (rows, i1), w1)
+    return a.astype(np.float32)
+
+
+def _resize_linear(proto: Any, rewrites: Rewrites) -> None:
+    """A bilinear resize between static sizes (given by a constant `sizes` input) as
+    ((x @ A_w^T)^T @ A_h^T)^T, transposing the last two axes (MatMul broadcasts over N, C)."""
+    from onnx import helper, numpy_helper
+
+    g = proto.graph
+    dims = _static_dims(proto)
+    inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    for node in list(g.node):
+        if node.op_type != "Resize" or len(node.input) != 4 or node.input[3] not in inits:
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        ctm = attrs.get("coordinate_transformation_mode", b"half_pixel")
+        shape = dims.get(node.input[0])
+        sizes = inits[node.input[3]].astype(np.int64)
+        if (
+            attrs.get("mode", b"nearest") != b"linear"
+            or ctm not in (b"half_pixel", b"pytorch_half_pixel")
+            or attrs.get("antialias", 0)
+            or any(attrs.get(k) for k in ("axes", "exclude_outside", "keep_aspect_ratio_policy"))
+            or not shape
+            or len(shape) != 4
+            or shape[2] is None
+            or shape[3] is None
+            or sizes.shape != (4,)
+            or (ctm == b"pytorch_half_pixel" and min(sizes[2:]) == 1)
+        ):
+            continue
+        (h, w), (oh, ow) = (int(v) for v in shape[2:]), (int(v) for v in sizes[2:])
+        out = node.output[0]
+        a_ht, a_wt = f"{out}__rows_t", f"{out}__cols_t"
+        g.initializer.append(numpy_helper.from_array(_linear_matrix(h, oh).T.copy(), a_ht))
+        g.initializer.append(numpy_helper.from_array(_linear_matrix(w, ow).T.copy(), a_wt))
+        # right-multiplications only: x2paddle mis-shapes a MatMul whose 2-D operand is first
+        t = [f"{out}__t{k}" for k in range(3)]
+        new = [
+            helper.make_node("MatMul", [node.input[0], a_wt], [t[0]], name=f"{node.name}__w"),
+            helper.make_node("Transpose", [t[0]], [t[1]], perm=[0, 1, 3, 2]),
+            helper.make_node("MatMul", [t[1], a_ht], [t[2]], name=f"{node.name}__h"),
+            helper.make_node("Transpose", [t[2]], [out], perm=[0, 1, 3, 2]),
+        ]
+        pos = list(g.node).index(node)
+        g.node.remove(node)
+        for n in reversed(new):
+            g.node.insert(pos, n)
+        rewrites.resize_linear += 1
+
+
 def rewrite_for_x2paddle(data: bytes) -> tuple[bytes, Rewrites]:
     """The rewritten model's bytes and what was rewritten."""
     import onnx
@@ -185,5 +255,6 @@ def rewrite_for_x2paddle(data: bytes) -> tuple[bytes, Rewrites]:
     _fold(proto, rewrites)
     _maxpool_dilations(proto, rewrites)
     _resize_nearest(proto, rewrites)
+    _resize_linear(proto, rewrites)
     onnx.checker.check_model(proto)
     return proto.SerializeToString(), rewrites

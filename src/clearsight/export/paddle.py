@@ -46,6 +46,8 @@ from clearsight.export.onnx_rewrite import rewrite_for_x2paddle
 META_FILE = "clearsight.json"
 PROGRAM_FILE = "model.json"
 PARAMS_FILE = "model.pdiparams"
+ASTAR_KEY = "astar"
+"""`clearsight.json`'s entry for a contest-layout export: its MAdds and how they were counted."""
 CONVERT_TIMEOUT_S = 1800
 Reference = Callable[[np.ndarray], list[np.ndarray]]
 
@@ -197,9 +199,11 @@ def onnx_to_paddle(
     source: str,
     tolerance: float = TOLERANCE,
     reference_name: str = "PyTorch",
+    extra_meta: dict[str, Any] | None = None,
 ) -> PaddleExport:
     """Convert ONNX `data` to a Paddle inference folder at `out`, written only after Paddle
-    Inference matches `reference` on every input within `tolerance`."""
+    Inference matches `reference` on every input within `tolerance`; `extra_meta` joins
+    `clearsight.json`."""
     _need_paddle()
     meta, onnx_outputs, onnx_input = _onnx_meta(data)
     rewritten, rewrites = rewrite_for_x2paddle(data)
@@ -255,6 +259,7 @@ def onnx_to_paddle(
                     "tolerance": tolerance,
                 },
                 "onnx_metadata": meta,
+                **(extra_meta or {}),
             }
             (tmp / META_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return result
@@ -347,16 +352,27 @@ def export_contest_paddle(
     """A detector in the Astar 2019 contest's layout as a Paddle inference folder: input the
     contest's [N, 3, 300, 300] BGR tensor in (x - 127.5) * 0.007843, outputs `boxes`
     [N, M, 4] and `scores` [N, 81, M] (`detection/astar.py`'s `ContestAdapter`), traced at
-    a fixed 300x300 and checked against the PyTorch adapter on two contest tensors."""
+    a fixed 300x300 and checked against the PyTorch adapter on two contest tensors.
+
+    `clearsight.json` records, under `astar`, the adapter's MAdds as `astar-score` counts
+    them on the PyTorch model (forward hooks), so scoring the folder reports the same figure
+    without PyTorch or the ONNX graph at hand."""
     import io
 
     import torch
 
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
+    from clearsight.detection.madds import count_madds
+    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.export.onnx import OPSET, _add_metadata
     from clearsight.onnx_meta import EXPORT_FORMAT_VERSION, metadata_props
 
     _need_paddle()
+    if loaded.config.task != "detect" or isinstance(loaded.model, OrtDetector):
+        raise ClearsightError(
+            f"{loaded.source}: --layout astar with --format paddle needs a clearsight detector "
+            "(artifact or bundled name), not a restoration model or an ONNX file"
+        )
     adapter = ContestAdapter(loaded.model, loaded.config).eval()
     h, w = CONTEST_SIZE
     gen = torch.Generator().manual_seed(0)
@@ -385,14 +401,65 @@ def export_contest_paddle(
         with torch.no_grad():
             return [t.numpy() for t in adapter(torch.from_numpy(x))]
 
+    count = count_madds(adapter, CONTEST_SIZE)
+    astar = {
+        "layout": info["layout"],
+        "madds_flops": count.flops,
+        "quantized": count.quantized,
+        "madds_counted_on": "the PyTorch ContestAdapter at 300x300 by forward hooks, as "
+        "astar-score counts the PyTorch model",
+        "adapter": adapter.note,
+    }
     return onnx_to_paddle(
-        data, out, inputs=inputs, reference=reference, source=loaded.source, tolerance=tolerance
+        data, out, inputs=inputs, reference=reference, source=loaded.source,
+        tolerance=tolerance, extra_meta={ASTAR_KEY: astar},
+    )  # fmt: skip
+
+
+def is_paddle_folder(path: str | os.PathLike[str]) -> bool:
+    """A folder holding a clearsight Paddle export (`clearsight.json` and the model files)."""
+    p = Path(path)
+    return p.is_dir() and all((p / n).is_file() for n in (META_FILE, PROGRAM_FILE, PARAMS_FILE))
+
+
+def load_contest_paddle(folder: str | os.PathLike[str]) -> Any:
+    """A contest-layout Paddle folder (`export_contest_paddle`) as the scorer's
+    `detection.astar.ContestModel`: run by Paddle Inference, MAdds as recorded at export."""
+    from clearsight.artifact import ModelConfig
+    from clearsight.detection.astar import ContestModel
+    from clearsight.detection.madds import MAddsCount
+    from clearsight.onnx_meta import CONFIG_KEY
+
+    _need_paddle()
+    path = Path(folder)
+    meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    astar = meta.get(ASTAR_KEY)
+    if not isinstance(astar, dict) or "madds_flops" not in astar:
+        raise ClearsightError(
+            f"{path}: not a contest-layout Paddle export (no {ASTAR_KEY!r} entry in "
+            f"{META_FILE}); write one with clearsight export DETECTOR --format paddle "
+            "--layout astar"
+        )
+    cfg = meta.get("onnx_metadata", {}).get(CONFIG_KEY)
+    if not isinstance(cfg, dict):
+        raise ClearsightError(f"{path}: {META_FILE} carries no clearsight config")
+    config = ModelConfig.from_dict(cfg, str(path))
+    count = MAddsCount(flops=int(astar["madds_flops"]), quantized=bool(astar["quantized"]))
+    note = (
+        "Paddle Inference runs the exported contest-layout model; MAdds counted on "
+        f"{astar['madds_counted_on']} (recorded in {META_FILE} at export)"
     )
+    if astar.get("adapter"):
+        note += f"; {astar['adapter']}"
+    runner = PaddleContestRunner(path)
+    return ContestModel(runner, config, count, str(path), note, runner.runtime)
 
 
 class PaddleContestRunner:
     """A contest-layout Paddle folder as the scorer's model: contest batch in, (boxes,
     scores) torch tensors out, one image at a time (the folder is traced at batch 1)."""
+
+    runtime = "paddle-inference"
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.predictor = PaddlePredictor(folder)
