@@ -275,3 +275,12 @@ def test_cross_architecture_detection_uses_pseudo_labels(rects: Path, tmp_path: 
     with pytest.raises(TrainConfigError, match="dense needs"):
         _Run(ssd_config(rects, data={"val": None}, distill=_distill(t_path, detection="dense")),
              tmp_path / "x", _Dist(), False)  # fmt: skip
+
+
+def test_input_folder_reads_a_pair_layout_input_side_only(data: Path) -> None:
+    from clearsight.data.paired import InputFolderDataset
+
+    ds = InputFolderDataset(data, patch_size=8, seed=1)
+    assert [p.input.parent.name for p in ds.pairs] == ["rain"] * 8
+    x, y = ds[3]
+    assert x.shape == (3, 8, 8) and torch.equal(x, y)
