@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 from torchvision.ops import generalized_box_iou_loss
 
 from clearsight.artifact import LoadedModel
@@ -74,7 +75,10 @@ def _tensor_of(output: Any, name: str) -> torch.Tensor:
     return out
 
 
-def _hook_layer(model: nn.Module, name: str, store: dict[str, torch.Tensor], key: str, who: str):
+def _hook_layer(
+    model: nn.Module, name: str, store: dict[str, torch.Tensor], key: str, who: str
+) -> RemovableHandle:
+    """Keep `name`'s output in `store[key]` at every forward (the last call wins)."""
     try:
         layer = model.get_submodule(name)
     except AttributeError:
@@ -111,7 +115,7 @@ class Distiller(nn.Module):
         self.student_spec, self.teacher_spec = student_spec, teacher.config.preprocess
         self._teacher = [teacher.model.to(device).eval().requires_grad_(False)]
         self._student = [student]
-        self.residual = bool(getattr(student, "predicts_residual", False))
+        self.residual = not self.detect and as_restoration_model(student).predicts_residual
         self.last_inputs: dict[str, torch.Tensor] = {}
         """The last step's model inputs, {"student": ..., "teacher": ...} (for tests)."""
         self.last_terms: dict[str, float] = {}
@@ -126,7 +130,7 @@ class Distiller(nn.Module):
                 [s_index.get(int(cid), -1) for cid in t_ids], dtype=torch.long, device=device
             )
         self._feats: dict[str, torch.Tensor] = {}
-        self._hooks = []
+        self._hooks: list[RemovableHandle] = []
         for i, (s_name, t_name) in enumerate(self.d.features):
             self._hooks.append(_hook_layer(student, s_name, self._feats, f"s{i}", "student"))
             self._hooks.append(_hook_layer(self.teacher, t_name, self._feats, f"t{i}", "teacher"))
