@@ -38,12 +38,13 @@ from torch.utils.data import Dataset
 
 from clearsight.data.augment import check_patch_fits, make_generator, paired_augment, to_tensor
 from clearsight.data.data_audit import DEFAULT_PSNR_FLOOR, ContentReport, audit_pairs
-from clearsight.data.pairs import ImagePair, NameMap, pair_folders, scan_pairs
+from clearsight.data.pairs import LAYOUTS, ImagePair, NameMap, pair_folders, scan_pairs
 from clearsight.errors import ClearsightError, ImageReadError, PairingError
 from clearsight.io import image_size, list_images, read_image
 
 __all__ = [
     "DataReport",
+    "InputFolderDataset",
     "PairedFolderDataset",
     "SideBySideDataset",
     "SizeMismatch",
@@ -643,3 +644,51 @@ class SideBySideDataset(_PatchDataset):
         if img.shape[1] % 2:  # only possible if the file changed since opening
             raise PairingError(f"{path}: width {img.shape[1]} is odd; cannot split it in two")
         return _halves(img, self.order)
+
+
+class InputFolderDataset(_PatchDataset):
+    """Inputs only: a folder of photos with no targets, for distillation without labels.
+
+    The images are `input_dir` under `root` when given, else the input folder of a known
+    pair layout (`rain/`, `moire/`, `input/`) when `root` has one, else `root` itself.
+    Samples are `(input, input)`: the trainer's batches keep their shape, and the second
+    is never a target (the distillation loss compares the student with its teacher).
+    Options, checks and draws as in `PairedFolderDataset`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        input_dir: str | None = None,
+        patch_size: int | None = 64,
+        augment: bool = True,
+        cache: CacheMode = "memory",
+        seed: int = 0,
+        repeat: int = 1,
+    ) -> None:
+        super().__init__(
+            patch_size=patch_size, augment=augment, cache=cache, seed=seed, repeat=repeat
+        )
+        self.root = Path(root)
+        folder = self.root / input_dir if input_dir else self.root
+        if input_dir is None:
+            folder = next(
+                (self.root / a for a, b in LAYOUTS if (self.root / a).is_dir()), self.root
+            )
+        if not folder.is_dir():
+            raise PairingError(f"{folder}: not a folder")
+        files = list_images(folder)
+        sizes, bad, arrays = _inspect(files, decode=cache == "memory")
+        report = DataReport(
+            root=str(self.root),
+            layout=f"{folder.name}/ (inputs only)",
+            pairs=[ImagePair(f.stem, f, f) for f in files if f not in bad],
+            n_inputs=len(files),
+            unreadable=sorted(bad.items()),
+        )
+        self._finish_open(report, sizes, arrays, lambda s: s)
+
+    def _arrays(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        img = self._read(self.pairs[k].input)
+        return img, img

@@ -98,6 +98,10 @@ class CocoDetectionDataset(Dataset[tuple[torch.Tensor, Target]]):
         )
         # Shared memory, so that set_epoch reaches persistent DataLoader workers too.
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self.teacher_spec: PreprocessSpec | None = None
+        """Distillation: when set, each target also holds `teacher_input`, the same augmented
+        image through this spec, and `teacher_to_input`, the affine (ax, ay, bx, by) that
+        maps the teacher's input pixels to this model's (x -> a x + b)."""
 
     @classmethod
     def from_folder(
@@ -137,7 +141,13 @@ class CocoDetectionDataset(Dataset[tuple[torch.Tensor, Target]]):
         h, w = transform.input_size  # scaling can round a border box a hair past the edge
         b[:, 0::2] = b[:, 0::2].clamp(0, w)
         b[:, 1::2] = b[:, 1::2].clamp(0, h)
-        return x, {"boxes": b, "labels": torch.from_numpy(labels).long()}
+        target = {"boxes": b, "labels": torch.from_numpy(labels).long()}
+        if self.teacher_spec is not None:
+            target["teacher_input"], tt = prepare(image, self.teacher_spec)
+            ax, ay = transform.scale_x / tt.scale_x, transform.scale_y / tt.scale_y
+            bx, by = transform.pad_x - ax * tt.pad_x, transform.pad_y - ay * tt.pad_y
+            target["teacher_to_input"] = torch.tensor([ax, ay, bx, by], dtype=torch.float32)
+        return x, target
 
     def _augment(
         self, image: np.ndarray, boxes: np.ndarray, labels: np.ndarray, index: int

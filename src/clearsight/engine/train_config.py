@@ -22,6 +22,7 @@ from clearsight.errors import ClearsightError
 
 __all__ = [
     "DataConfig",
+    "DistillConfig",
     "LossConfig",
     "ModelSection",
     "OptimConfig",
@@ -150,6 +151,35 @@ class ValConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Knowledge distillation from a teacher artifact (docs/compress.md, "Distillation").
+
+    loss = task_weight x the normal loss + weight x the output-distillation loss
+    + feature_weight x the feature-matching loss. The teacher runs on the same raw images
+    through its own artifact's preprocessing."""
+
+    teacher: str | None = None
+    """Artifact path or bundled name (as `load_model` takes); None: no distillation."""
+    weight: float = 1.0
+    task_weight: float = 1.0
+    """0: distillation only; restoration data are then read as inputs only, so a folder of
+    photos with no targets serves."""
+    temperature: float = 1.0
+    """Detection: class logits are divided by it before the sigmoid on both sides."""
+    score_threshold: float = 0.3
+    """Detection: teacher score above which an anchor's decoded box is a regression target
+    (same architecture) or a detection becomes a pseudo-label (another architecture)."""
+    detection: str = "auto"
+    """auto: `dense` (per-anchor logits and decoded boxes) when teacher and student share
+    the architecture, classes and input geometry, else `pseudo` (the teacher's detections
+    after NMS as targets of the student's own detection loss)."""
+    features: list[list[str]] = field(default_factory=list)
+    """(student_layer, teacher_layer) module names, matched through trained 1x1 adapters."""
+    feature_weight: float = 1.0
+    feature_loss: str = "mse"  # mse | l1
+
+
+@dataclass
 class TrainConfig:
     model: ModelSection = field(default_factory=ModelSection)
     data: DataConfig = field(default_factory=DataConfig)
@@ -158,6 +188,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainSection = field(default_factory=TrainSection)
     val: ValConfig = field(default_factory=ValConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON/YAML-able dict; `config_from_dict` reads it back."""
@@ -174,13 +205,17 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.amp": ("auto", "bf16", "off"),
     "train.memory_format": ("auto", "channels_last", "contiguous"),
     "train.compile": ("auto", "on", "off"),
+    "distill.detection": ("auto", "dense", "pseudo"),
+    "distill.feature_loss": ("mse", "l1"),
 }
 POSITIVE = {"data.patch_size", "data.batch_size", "data.repeat", "train.steps", "train.grad_accum"}
 POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.nan_patience"}
 POSITIVE |= {"optim.lr"}
 NON_NEGATIVE = {"data.workers", "train.max_rollbacks", "val.max_images", "train.clip_grad_norm"}
 NON_NEGATIVE |= {"optim.weight_decay", "schedule.warmup_steps", "schedule.min_lr"}
-NON_NEGATIVE |= {"train.max_minutes"}
+NON_NEGATIVE |= {"train.max_minutes", "distill.weight", "distill.task_weight"}
+NON_NEGATIVE |= {"distill.feature_weight"}
+POSITIVE |= {"distill.temperature"}
 
 
 def _type_name(tp: Any) -> str:
@@ -283,6 +318,18 @@ def _check_values(cfg: TrainConfig) -> None:
     if qat.enabled and cfg.train.amp == "bf16":
         raise TrainConfigError(
             "train.amp: bf16 cannot be combined with train.qat (int8 fake-quant)"
+        )
+
+    for i, pair in enumerate(cfg.distill.features):
+        if len(pair) != 2:
+            raise TrainConfigError(
+                f"distill.features[{i}]: expected [student_layer, teacher_layer], got {pair}"
+            )
+    if cfg.distill.features and not cfg.distill.teacher:
+        raise TrainConfigError("distill.features: needs distill.teacher")
+    if not 0.0 <= cfg.distill.score_threshold < 1.0:
+        raise TrainConfigError(
+            f"distill.score_threshold: must be in [0, 1), got {cfg.distill.score_threshold}"
         )
 
 

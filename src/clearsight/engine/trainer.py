@@ -52,7 +52,7 @@ from clearsight.artifact import LoadedModel, ModelConfig, make_config, save_arti
 from clearsight.atomic import atomic_write_text, sweep_leftovers
 from clearsight.compress import qat
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
-from clearsight.data.paired import PairedFolderDataset, SideBySideDataset
+from clearsight.data.paired import InputFolderDataset, PairedFolderDataset, SideBySideDataset
 from clearsight.engine import detect_train
 from clearsight.engine.checkpoint import (
     CHECKPOINT_FILE,
@@ -62,6 +62,7 @@ from clearsight.engine.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from clearsight.engine.distill import build_distiller
 from clearsight.engine.inference import InferenceOptions, Restorer
 from clearsight.engine.train_config import (
     TrainConfig,
@@ -368,6 +369,8 @@ def _open_data(cfg: TrainConfig, root: str, train: bool) -> Any:
     }
     if d.layout == "side-by-side":
         return SideBySideDataset(root, order=d.order, **kw)  # type: ignore[arg-type]
+    if train and cfg.distill.teacher and cfg.distill.task_weight == 0:
+        return InputFolderDataset(root, input_dir=d.input_dir, **kw)  # no targets needed
     names = {"input_dir": d.input_dir, "target_dir": d.target_dir, "name_map": d.name_map}
     return PairedFolderDataset(root, **names, **kw)
 
@@ -415,6 +418,15 @@ class _Run:
         )
         self.model.to(memory_format=self.memory_format)  # before the EMA copy and optimizer
         self.ema = copy.deepcopy(self.model).requires_grad_(False) if t.ema_decay > 0 else None
+        # after the EMA copy: its feature hooks must not be copied into the EMA model
+        self.distill = build_distiller(
+            cfg,
+            self.model,
+            self.detect.preprocess if self.detect is not None else self.spec.preprocess,
+            self.spec.task,
+            d.device,
+            self.detect.class_ids if self.detect is not None else None,
+        )
         self.net: nn.Module = self.model
         if d.world > 1:
             self.net = nn.parallel.DistributedDataParallel(self.model)
@@ -422,7 +434,7 @@ class _Run:
             self.net = torch.compile(self.net)  # type: ignore[assignment]
         opt_cls = torch.optim.AdamW if cfg.optim.name == "adamw" else torch.optim.Adam
         self.opt = opt_cls(
-            self.model.parameters(),
+            [*self.model.parameters(), *(self.distill.parameters() if self.distill else [])],
             lr=cfg.optim.lr,
             betas=tuple(cfg.optim.betas),
             weight_decay=cfg.optim.weight_decay,
@@ -437,6 +449,8 @@ class _Run:
             )
         )
         self.train_ds = self._open_data(cfg.data.train, True)
+        if self.distill is not None:
+            self.distill.prepare_data(self.train_ds)
         if cfg.data.batch_size % d.world:
             raise TrainConfigError(
                 f"data.batch_size: {cfg.data.batch_size} does not split over {d.world} ranks"
@@ -487,6 +501,7 @@ class _Run:
             "best": self.best,
             "counters": {"nan_skipped": self.nan_skipped, "rollbacks": self.rollbacks},
             "data_hash": self.data_hash,
+            "distill": self.distill.state_dict() if self.distill is not None else None,
         }
 
     def load(self, s: dict[str, Any]) -> None:
@@ -494,6 +509,8 @@ class _Run:
         self.opt.load_state_dict(s["optimizer"])
         if self.ema is not None:
             self.ema.load_state_dict(s["ema"] if s["ema"] is not None else s["model"])
+        if self.distill is not None and s.get("distill") is not None:
+            self.distill.load_state_dict(s["distill"])
         set_rng_state(s["rng"])
         self.step, self.best = int(s["step"]), float(s["best"])
         self.lr_scale = float(s["scheduler"]["lr_scale"])
@@ -527,15 +544,22 @@ class _Run:
         total = torch.zeros((), device=self.d.device)
         quant = qat.snapshot(self.model) if self.qat else None
         for micro in range(t.grad_accum):
-            inp, tgt = self._batch_to_device(*(batch if batch is not None else self.stream.next()))
+            raw = batch if batch is not None else self.stream.next()
+            inp, tgt = self._batch_to_device(*raw)
             sync = micro == t.grad_accum - 1 or not isinstance(
                 self.net, nn.parallel.DistributedDataParallel
             )
             ctx = self.net.no_sync() if not sync else _nullcontext()  # type: ignore[operator]
             with ctx, torch.autocast(self.d.device.type, torch.bfloat16, enabled=self.amp):
-                loss = self.loss_fn(self.net(inp), inp, tgt) / t.grad_accum
+                out = self.net(inp)
+                if self.distill is None:
+                    loss = self.loss_fn(out, inp, tgt) / t.grad_accum
+                else:
+                    loss = self.distill.loss(out, inp, tgt, raw[0], self.loss_fn) / t.grad_accum
             loss.backward()
             total += loss.detach().float()
+        if self.d.world > 1 and self.distill is not None:
+            self.distill.sync_grads(self.d.world)
         if self.d.world > 1:
             dist.all_reduce(total)
             total /= self.d.world
