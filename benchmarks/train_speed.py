@@ -12,9 +12,9 @@ step is the trainer's own `train_step`, run under each setting:
 - bf16 autocast, and channels-last + bf16 (only on a CPU with native bf16, see
   `clearsight.cpu_features`; elsewhere bf16 is emulated and slower: skipped with a message,
   `--force-bf16` times it anyway)
-- torch.compile (`train.compile: on`), fp32 and (with native bf16) bf16; the compile itself
-  (minutes) happens in the warm-up rounds and is not timed; only for architectures that
-  compile by default (RESCAN) unless `--compile-all`; `--no-compile` skips these rows
+- torch.compile (`train.compile: on`), fp32 and (with native bf16) bf16, for the
+  architectures named by `--compile` (default rescan; `none` skips them); the compile itself
+  (minutes) happens in the warm-up rounds and is not timed
 - auto: what `train.amp`, `train.memory_format` and `train.compile: auto` choose on this
   machine for a long run
 
@@ -23,7 +23,7 @@ other work on the machine slows every variant alike; each row is the median of `
 The last line reads `speed-up vs official: A.AAx (fp32) B.BBx (fastest)` (RESCAN).
 
     python benchmarks/train_speed.py [--steps 5] [--threads N] [--only rescan,mbcnn-light]
-                                     [--no-compile]
+                                     [--compile rescan,mbcnn-light|none]
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ import torch.nn.functional as F
 from clearsight.cpu_features import detect_cpu_features
 from clearsight.engine.train_config import config_from_dict
 from clearsight.engine.trainer import _Dist, _Run
-from clearsight.models.registry import build_model
 
 REPO = Path(__file__).resolve().parents[1]
 OFFICIAL_DIR = REPO.parent / "shared" / "peers" / "rescan_official"
@@ -146,11 +145,8 @@ def build_variants(args: argparse.Namespace, data: Path, tmp: Path) -> list[Vari
                 print(f"official RESCAN code skipped: {OFFICIAL_DIR} is absent")
         settings = [("before: contiguous, fp32", "contiguous", "off", "off", True)]
         settings.append(("channels-last, fp32", "channels_last", "off", "off", True))
-        # compiled rows for the architectures that compile by default (`prefers_compile`);
         # mbcnn-light measured 1.04x compiled, so timing its minutes of compiling is opt-in
-        compiled_rows = not args.no_compile and (
-            args.compile_all or bool(getattr(build_model(arch), "prefers_compile", False))
-        )
+        compiled_rows = arch in args.compile.split(",")
         if compiled_rows:
             settings.append(("contiguous, fp32, compiled", "contiguous", "off", "on", True))
         if bf16:
@@ -170,7 +166,7 @@ def build_variants(args: argparse.Namespace, data: Path, tmp: Path) -> list[Vari
             )
             out.append(Variant(arch, name, step, fp32, []))
         # "auto" as a long run resolves it (train.steps decides whether compiling pays off)
-        extra = {"compile": "off"} if args.no_compile else {}
+        extra = {} if compiled_rows else {"compile": "off"}
         step, chosen = trainer_step(arch, data, tmp / f"{arch}-auto", batch, steps=100_000, **extra)
         layout = "channels-last" if chosen.channels_last else "contiguous"
         layout += ", compiled" if chosen.compiled else ""
@@ -196,9 +192,8 @@ def main() -> None:
     ap.add_argument("--mbcnn-batch", type=int, default=4)
     ap.add_argument("--mbcnn-patch", type=int, default=128)
     ap.add_argument("--force-bf16", action="store_true", help="time bf16 without native support")
-    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile variants")
     ap.add_argument(
-        "--compile-all", action="store_true", help="compiled rows for every architecture"
+        "--compile", default="rescan", help="architectures to time compiled too, or none"
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)

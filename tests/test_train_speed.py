@@ -204,8 +204,14 @@ def test_resume_is_bit_exact_under_each_setting(
 
 
 # ------------------------------------------------------------------ torch.compile
+class _CompiledRESCAN(RESCAN):
+    """An architecture that declares it trains faster compiled (none bundled does yet)."""
+
+    prefers_compile = True
+
+
 def test_auto_layout_is_contiguous_when_compiled() -> None:
-    model = RESCAN(channels=4, stages=2, depth=3)
+    model = _CompiledRESCAN(channels=4, stages=2, depth=3)
     long = tiny_config(Path("."), train={"compile": "auto", "steps": COMPILE_MIN_STEPS}).train
     short = tiny_config(Path("."), train={"compile": "auto", "steps": 8}).train
     compiled = trainer.speed_settings(long, model, CPU, AVX512)
@@ -217,11 +223,12 @@ def test_auto_layout_is_contiguous_when_compiled() -> None:
 
 
 def test_compile_setting() -> None:
-    rescan, mbcnn = RESCAN(channels=4, stages=2, depth=3), MBCNN(n_filters=4)
+    rescan, mbcnn = _CompiledRESCAN(channels=4, stages=2, depth=3), MBCNN(n_filters=4)
     long, short = COMPILE_MIN_STEPS, COMPILE_MIN_STEPS - 1
-    assert use_compile("auto", rescan, CPU, long) is True  # measured faster compiled
+    assert use_compile("auto", rescan, CPU, long) is True  # declared faster compiled
     assert use_compile("auto", rescan, CPU, short) is False  # too short to repay compiling
     assert use_compile("auto", mbcnn, CPU, long) is False  # measured no gain
+    assert use_compile("auto", RESCAN(channels=4), CPU, long) is False  # none over eager
     assert use_compile("auto", rescan, torch.device("meta"), long) is False  # CPU only
     assert use_compile("on", mbcnn, CPU, 1) is True
     assert use_compile("off", rescan, CPU, long) is False

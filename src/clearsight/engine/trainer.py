@@ -94,10 +94,10 @@ OVERFIT_MARGIN = 0.5
 TIMING_STEPS = 100
 """With train.max_minutes, the step time is the median over this many first steps."""
 TIME_MARGIN = 0.92
+"""Share of the remaining budget given to steps; the rest covers validation and exports."""
 COMPILE_MIN_STEPS = 500
 """`train.compile: auto` compiles only runs this long: compiling RESCAN's training step took
-about 2 minutes on a 2-core CPU, which a run of hundreds of steps repays."""
-"""Share of the remaining budget given to steps; the rest covers validation and exports."""
+about 2 minutes on a 2-core CPU, which only a run of hundreds of steps repays."""
 
 
 class TrainingDivergedError(ClearsightError):
@@ -194,7 +194,8 @@ def use_channels_last(
 
 def use_compile(setting: str, model: nn.Module, device: torch.device, steps: int) -> bool:
     """`train.compile` resolved: "auto" compiles architectures that measured faster compiled
-    (`prefers_compile`; RESCAN's step 1.7x in `benchmarks/train_speed.py` on a 2-core CPU)
+    than their best eager step (`prefers_compile`; none of the bundled ones so far, see
+    `benchmarks/train_speed.py` and the note in models/rescan.py)
     on CPU, in runs long enough to repay the compile time (`COMPILE_MIN_STEPS`)."""
     if setting != "auto":
         return setting == "on"

@@ -85,9 +85,11 @@ class RESCAN(RestorationModel):
     # contiguous (two identical rows of one heavily shared run); 1.30x (1.98 -> 1.52 s) on a
     # quiet 2-core AVX-512 machine.
     prefers_channels_last: bool = True
-    # Long CPU training runs compile the model (`train.compile: auto`): inductor fuses the
-    # many small elementwise ops of the recurrent gates; mbcnn-light measured no gain (1.04x).
-    prefers_compile: bool = True
+    # `train.compile: auto` does not compile RESCAN: on a quiet 2-core AVX-512 CPU the
+    # compiled step (benchmarks/train_speed.py) measured 1.25x the contiguous eager one, the
+    # same as eager channels-last (1.26x), and bf16 compiled 2.01x against 2.07x eager
+    # channels-last, for minutes of compiling. (Under heavy load it measured 1.45-2.6x.)
+    prefers_compile: bool = False
 
     def __init__(
         self,
