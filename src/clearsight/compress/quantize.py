@@ -216,7 +216,7 @@ def fp32_onnx(loaded: LoadedModel) -> bytes:
             raise QuantizeError(
                 f"{loaded.source} is already quantized ({precision_of(model.export_info)})"
             )
-        src = model._model_data
+        src = model.model_data
         if src is None:
             raise QuantizeError(f"{loaded.source}: the ONNX model's bytes are not available")
         return src if isinstance(src, bytes) else Path(src).read_bytes()

@@ -187,7 +187,8 @@ class OrtModel(RestorationModel):
         self.output_names = [o.name for o in session.get_outputs()]
         self.main_output = str(export_info.get("main_output", self.output_names[0]))
         self._warned_untiled = False
-        self._model_data = model_data
+        self.model_data = model_data
+        """The file's path or bytes (as `OrtDetector.model_data`): tiling and int8 re-read it."""
         self._derived: dict[str, Any] = {}
         stats = export_info.get("shared_stats")
         self.shared_stats: dict[str, Any] | None = (
@@ -231,7 +232,7 @@ class OrtModel(RestorationModel):
         if kind not in self._derived:
             if self.shared_stats is None:
                 raise ClearsightError(f"{self.source}: no shared-statistics graphs in this export")
-            data = self._model_data
+            data = self.model_data
             if not isinstance(data, bytes):
                 assert data is not None
                 data = Path(data).read_bytes()

@@ -314,8 +314,7 @@ def _export_onnx_model(
     """An ONNX file given as MODEL: ONNX Runtime is the reference; a graph input with a fixed
     H and W (a detector's) is fed that size with two different images."""
     ort_model = loaded.model
-    # OrtModel keeps the file's path or bytes as _model_data, OrtDetector as model_data
-    data = getattr(ort_model, "_model_data", None) or ort_model.model_data  # type: ignore[union-attr]
+    data = ort_model.model_data  # type: ignore[union-attr]
     data = Path(data).read_bytes() if not isinstance(data, bytes) else data
     session = ort_model.session  # type: ignore[union-attr]
     shape = session.get_inputs()[0].shape
