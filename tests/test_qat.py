@@ -73,6 +73,7 @@ def test_qat_nan_never_reaches_a_checkpoint_and_resume_works(tmp_path, monkeypat
     logged = [json.loads(ln) for ln in (run / LOG_FILE).read_text().splitlines()]
     assert any(r.get("nan") == "loss" and r["step"] == 3 for r in logged)
     assert any(r.get("qat") == "observers frozen" for r in logged)
+    assert logged[0]["amp"] == "off" and logged[0]["amp_reason"] == "train.qat: eager fp32"
     ckpt = _with_state(load_checkpoint(run / "checkpoint.pt")["model"])
     assert qat.nonfinite(ckpt) == [] and qat.observers_frozen(ckpt)
     art = load_artifact(run / "last")  # plain fp32 weights: no torch.ao needed to load

@@ -408,7 +408,9 @@ class _Run:
         self.spec = get_spec(cfg.model.arch)
         self.speed = speed_settings(t, self.model, d.device)
         if self.qat:  # fake-quant observers: eager fp32 steps (no autocast, no compile)
-            self.speed = dataclasses.replace(self.speed, amp=False, compiled=False)
+            self.speed = dataclasses.replace(
+                self.speed, amp=False, compiled=False, why="train.qat: eager fp32"
+            )
         self.detect = (
             detect_train.detection_setup(self.model, cfg, init)
             if self.spec.task == "detect"
