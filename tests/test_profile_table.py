@@ -133,6 +133,41 @@ def test_mixed_tasks_and_single_model_options_are_one_line_errors(models):
     assert r.exit_code == 1 and "--tile applies to one model" in r.output
 
 
+def test_detectors_contest_madds_ap_and_astar_score(tmp_path):
+    from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
+    from clearsight.detection.madds import count_madds
+    from clearsight.export.onnx import export_onnx
+    from tests.test_detect_export import _contest_coco, _tiny_ssd
+
+    lm = _tiny_ssd()
+    art = save_artifact(lm.model, tmp_path / "ssd", lm.config)
+    decoded, _ = export_onnx(lm, tmp_path / "ssd.onnx")
+    astar, _ = export_onnx(lm, tmp_path / "ssd-astar.onnx", layout="astar")
+    data = _contest_coco(tmp_path / "coco")
+    ann = data / "annotations" / "instances_val2017.json"
+    gt = json.loads(ann.read_text())  # every class the model predicts, as a COCO set has
+    gt["categories"] = [{"id": i, "name": f"c{i}"} for i in lm.config.class_ids]
+    ann.write_text(json.dumps(gt))
+    refs = [str(art), str(decoded), str(astar)]
+    rep = profile_models(refs, data=data, runs=1, memory=False)
+    pt, dec, ast = rep.rows
+    assert rep.task == "detect" and rep.n_images == 3
+    # each at its own input size: the contest layout takes the contest's 300x300
+    assert [r.size for r in rep.rows] == ["128x128", "128x128", "300x300"]
+    want = count_madds(ContestAdapter(lm.model, lm.config), CONTEST_SIZE).madds
+    assert pt.madds_m == pytest.approx(want) and pt.madds_quantized is False
+    # the graph count also sees the decode's functional sigmoid (as astar-score says)
+    assert dec.madds_m is None or want <= dec.madds_m < want * 1.05
+    assert want <= ast.madds_m < want * 1.05 and pt.macs_per_pixel is None
+    assert 0 <= pt.ap <= 1 and dec.ap == pytest.approx(pt.ap, abs=1e-4)
+    assert ast.ap is None and any("AP not measured" in n for n in ast.notes)
+    assert pt.astar_score is not None and ast.astar_map == pytest.approx(pt.astar_map, abs=1e-6)
+    assert dec.astar_score is None and any("--layout astar" in n for n in dec.notes)
+    assert dec.torch_ms is None and dec.onnxruntime_ms > 0 and pt.torch_ms > 0
+    cells = {line[0]: line[1:] for line in rep.table()[1]}
+    assert "COCO AP" in cells and cells["COCO AP"][2] == "-" and "PSNR" not in cells
+
+
 @pytest.mark.realdata
 def test_bundled_derain_on_rain100l(shared_data):
     data = shared_data / "derain" / "Rain100L"

@@ -364,7 +364,8 @@ def profile_models(
             if data is not None:
                 step(f"{ref}: scoring on {data}")
                 if detect:
-                    report.n_images = _detection_quality(loaded, row, Path(data), max_images)
+                    n = _detection_quality(loaded, row, Path(data), max_images)
+                    report.n_images = max(report.n_images, n)
                 else:
                     _restoration_quality(loaded, row, pairs, preset_name)
         report.rows.append(row)
