@@ -131,6 +131,8 @@ def test_mixed_tasks_and_single_model_options_are_one_line_errors(models):
         profile_models([str(models["wide"]), "default-detect"], runs=1, memory=False)
     r = runner.invoke(app, ["profile", str(models["wide"]), str(models["narrow"]), "--tile", "8"])
     assert r.exit_code == 1 and "--tile applies to one model" in r.output
+    r = runner.invoke(app, ["profile", str(models["wide"]), "--max-images", "2"])
+    assert r.exit_code == 1 and "--max-images limits --data" in r.output
 
 
 def test_detectors_contest_madds_ap_and_astar_score(tmp_path):
@@ -159,6 +161,7 @@ def test_detectors_contest_madds_ap_and_astar_score(tmp_path):
     # the graph count also sees the decode's functional sigmoid (as astar-score says)
     assert dec.madds_m is None or want <= dec.madds_m < want * 1.05
     assert want <= ast.madds_m < want * 1.05 and pt.macs_per_pixel is None
+    assert dec.params == ast.params == pt.params > 0  # rebuilt from the files' configs
     assert 0 <= pt.ap <= 1 and dec.ap == pytest.approx(pt.ap, abs=1e-4)
     assert ast.ap is None and any("AP not measured" in n for n in ast.notes)
     assert pt.astar_score is not None and ast.astar_map == pytest.approx(pt.astar_map, abs=1e-6)

@@ -310,6 +310,8 @@ def profile_models(
         raise ClearsightError("profile: no model given")
     if runs < 1:
         raise ClearsightError(f"--runs must be >= 1, got {runs}")
+    if max_images is not None and data is None:
+        raise ClearsightError("--max-images limits --data; give --data too")
     if size is not None and size < 8:
         raise ClearsightError(f"--size must be >= 8, got {size}")
     step = on_step or (lambda _text: None)
