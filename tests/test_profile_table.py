@@ -100,9 +100,10 @@ def test_int8_row_runs_only_in_onnxruntime_with_the_same_macs(models, pairs):
         assert 0 < row.psnr < 100 and 0 < row.ssim <= 1
     assert int8.deltas["psnr"] == pytest.approx(int8.psnr - fp32.psnr)
     cells = {line[0]: line[1:] for line in rep.table()[1]}
-    assert cells["PyTorch ms"][1] == "-" and cells["PSNR"][1].endswith(
-        f"({int8.deltas['psnr']:+.4g})"
-    )
+    assert cells["PyTorch ms"][1] == "-"
+    assert cells["PSNR"][1] == f"{int8.psnr:.3f} ({int8.deltas['psnr']:+.3f})"
+    assert list(int8.runs_ms) == ["onnxruntime"] and len(int8.runs_ms["onnxruntime"]) == 1
+    assert len(int8.load_average) == 3
 
 
 def test_cli_table_and_json_report(models, pairs, tmp_path):

@@ -84,6 +84,10 @@ class ModelRow:
     ap: float | None = None
     astar_map: float | None = None
     astar_score: float | None = None
+    runs_ms: dict[str, list[float]] = field(default_factory=dict)
+    """Every timed run per backend (their spread says how loaded the machine was)."""
+    load_average: tuple[float, float, float] | None = None
+    """The machine's load average when this row's timing ended."""
     ratios: dict[str, float | None] = field(default_factory=dict)
     """COSTS fields: this row / the first row."""
     deltas: dict[str, float | None] = field(default_factory=dict)
@@ -143,7 +147,7 @@ class ProfileTable(ScoredRun):
                     if row.ratios.get(name) is not None:
                         text += f" ({row.ratios[name]:.2f}x)"
                     elif row.deltas.get(name) is not None:
-                        text += f" ({row.deltas[name]:+.4g})"
+                        text += " (" + fmt.replace("{:", "{:+").format(row.deltas[name]) + ")"
                 cells.append(text)
             body.append(cells)
         return head, body
@@ -222,6 +226,7 @@ def _time(loaded: LoadedModel, row: ModelRow, hw: tuple[int, int], runs: int, me
             row.notes.append(f"{b} not timed: {exc}")
             continue
         setattr(row, f"{b}_ms", float(timed["latency_ms"]))
+        row.runs_ms[b] = [float(t) for t in timed["runs_ms"]]
         if "peak_mb" in timed:
             setattr(row, f"{b}_peak_mb", float(timed["peak_mb"]))
 
@@ -363,6 +368,7 @@ def profile_models(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _time(loaded, row, hw, runs, memory)
+            row.load_average = os.getloadavg()
             if data is not None:
                 step(f"{ref}: scoring on {data}")
                 if detect:

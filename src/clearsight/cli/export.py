@@ -230,10 +230,16 @@ def _profile_table(
     for row in rep.rows:
         for note in row.notes:
             err_console.print(f"{row.model}: {note}", highlight=False, soft_wrap=True)
+    loads = "; ".join(
+        f"{row.model} " + " ".join(f"{v:.2f}" for v in row.load_average)
+        for row in rep.rows
+        if row.load_average is not None
+    )
     err_console.print(
-        f"latency: median of {rep.runs} run(s); {rep.threads} thread(s), load average "
-        + " ".join(f"{v:.2f}" for v in rep.load_average),
+        f"latency: median of {rep.runs} run(s), {rep.threads} thread(s); load average after "
+        f"timing: {loads}",
         highlight=False,
+        soft_wrap=True,
     )
     if report is not None:
         console.print(f"report: {report}", highlight=False)
