@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,32 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _time_sizes(
+    run: Callable[[torch.Tensor], Any],
+    sizes: Sequence[tuple[int, int]],
+    runs: int,
+    memory: bool,
+) -> list[dict[str, Any]]:
+    """Median latency (ms) of `run` on a seeded [1, 3, H, W] input at each size (one warm-up
+    first), with every run's time; peak RSS growth since the call if `memory`."""
+    base = _rss_mb()
+    rows = []
+    for h, w in sorted(sizes, key=lambda s: s[0] * s[1]):
+        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w))
+        run(x)  # warm-up
+        times = []
+        for _ in range(max(1, runs)):
+            t0 = time.perf_counter()
+            run(x)
+            times.append((time.perf_counter() - t0) * 1000.0)
+        row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
+        row["runs_ms"] = times
+        if memory:
+            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
+        rows.append(row)
+    return rows
+
+
 def time_restorer(
     loaded: LoadedModel,
     sizes: Sequence[tuple[int, int]],
@@ -160,22 +186,7 @@ def time_restorer(
     restorer = Restorer(loaded, InferenceOptions(tile=tile))
     m = max(8, int(restorer.net.pad_multiple))
     restorer.restore(torch.rand(1, 3, m, m))  # load kernels and libraries before the baseline
-    base = _rss_mb()
-    rows = []
-    for h, w in sorted(sizes, key=lambda s: s[0] * s[1]):
-        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w))
-        restorer.restore(x)  # warm-up
-        times = []
-        for _ in range(max(1, runs)):
-            t0 = time.perf_counter()
-            restorer.restore(x)
-            times.append((time.perf_counter() - t0) * 1000.0)
-        row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
-        row["runs_ms"] = times
-        if memory:
-            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
-        rows.append(row)
-    return rows
+    return _time_sizes(restorer.restore, sizes, runs, memory)
 
 
 @torch.no_grad()
@@ -190,22 +201,7 @@ def time_detector(
     model = loaded.model.eval()
     if sizes:
         model(torch.rand(1, 3, *min(sizes)))  # load kernels and libraries before the baseline
-    base = _rss_mb()
-    rows = []
-    for h, w in sorted(sizes, key=lambda s: s[0] * s[1]):
-        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w))
-        model(x)
-        times = []
-        for _ in range(max(1, runs)):
-            t0 = time.perf_counter()
-            model(x)
-            times.append((time.perf_counter() - t0) * 1000.0)
-        row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
-        row["runs_ms"] = times
-        if memory:
-            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
-        rows.append(row)
-    return rows
+    return _time_sizes(model, sizes, runs, memory)
 
 
 def time_model(
