@@ -211,7 +211,7 @@ def _contest_madds(loaded: LoadedModel, row: ModelRow) -> None:
     row.madds_m, row.madds_quantized = count.madds, count.quantized
 
 
-def _time(loaded: LoadedModel, row: ModelRow, hw: tuple[int, int], runs: int, memory: bool):
+def _time(loaded: LoadedModel, row: ModelRow, hw: tuple[int, int], runs: int, memory: bool) -> None:
     from clearsight.export.onnx import to_onnxruntime
 
     backends = ["onnxruntime"] if _is_onnx(loaded) else ["torch", "onnxruntime"]
@@ -231,7 +231,9 @@ def _time(loaded: LoadedModel, row: ModelRow, hw: tuple[int, int], runs: int, me
             setattr(row, f"{b}_peak_mb", float(timed["peak_mb"]))
 
 
-def _restoration_quality(loaded: LoadedModel, row: ModelRow, pairs: Sequence[Any], preset: str):
+def _restoration_quality(
+    loaded: LoadedModel, row: ModelRow, pairs: Sequence[Any], preset: str
+) -> None:
     from clearsight.engine.evaluate import evaluate
     from clearsight.engine.inference import Restorer
     from clearsight.metrics.presets import get_preset
