@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from clearsight.artifact import LoadedModel, save_artifact
-from clearsight.profile import count_macs, structure_of, time_restorer
+from clearsight.profile import ScoredRun, count_macs, structure_of, time_restorer
 
 ROWS = ("PyTorch eager", "PyTorch tuned (channels_last)", "ONNX Runtime fp32")
 
@@ -59,13 +59,7 @@ class BenchRow:
 
 
 @dataclass
-class BenchmarkReport:
-    model: str
-    data: str
-    preset: str
-    n_images: int
-    threads: int
-    load_average: tuple[float, float, float]
+class BenchmarkReport(ScoredRun):
     rows: list[BenchRow] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

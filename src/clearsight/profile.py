@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +147,32 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _time_sizes(
+    run: Callable[[torch.Tensor], Any],
+    sizes: Sequence[tuple[int, int]],
+    runs: int,
+    memory: bool,
+) -> list[dict[str, Any]]:
+    """Median latency (ms) of `run` on a seeded [1, 3, H, W] input at each size (one warm-up
+    first), with every run's time; peak RSS growth since the call if `memory`."""
+    base = _rss_mb()
+    rows = []
+    for h, w in sorted(sizes, key=lambda s: s[0] * s[1]):
+        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w))
+        run(x)  # warm-up
+        times = []
+        for _ in range(max(1, runs)):
+            t0 = time.perf_counter()
+            run(x)
+            times.append((time.perf_counter() - t0) * 1000.0)
+        row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
+        row["runs_ms"] = times
+        if memory:
+            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
+        rows.append(row)
+    return rows
+
+
 def time_restorer(
     loaded: LoadedModel,
     sizes: Sequence[tuple[int, int]],
@@ -160,32 +186,47 @@ def time_restorer(
     restorer = Restorer(loaded, InferenceOptions(tile=tile))
     m = max(8, int(restorer.net.pad_multiple))
     restorer.restore(torch.rand(1, 3, m, m))  # load kernels and libraries before the baseline
-    base = _rss_mb()
-    rows = []
-    for h, w in sorted(sizes, key=lambda s: s[0] * s[1]):
-        x = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(h * w))
-        restorer.restore(x)  # warm-up
-        times = []
-        for _ in range(max(1, runs)):
-            t0 = time.perf_counter()
-            restorer.restore(x)
-            times.append((time.perf_counter() - t0) * 1000.0)
-        row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
-        row["runs_ms"] = times
-        if memory:
-            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
-        rows.append(row)
-    return rows
+    return _time_sizes(restorer.restore, sizes, runs, memory)
+
+
+@torch.no_grad()
+def time_detector(
+    loaded: LoadedModel,
+    sizes: Sequence[tuple[int, int]],
+    runs: int = 3,
+    memory: bool = False,
+) -> list[dict[str, Any]]:
+    """`time_restorer` for a detector: the network's forward on one [1, 3, H, W] input at
+    each size (its fixed input size in practice), without pre- and postprocessing."""
+    model = loaded.model.eval()
+    if sizes:
+        model(torch.rand(1, 3, *min(sizes)))  # load kernels and libraries before the baseline
+    return _time_sizes(model, sizes, runs, memory)
+
+
+def time_model(
+    loaded: LoadedModel,
+    sizes: Sequence[tuple[int, int]],
+    runs: int = 3,
+    tile: int | None = None,
+    memory: bool = False,
+) -> list[dict[str, Any]]:
+    """`time_detector` for a detector, else `time_restorer`."""
+    if loaded.config.task == "detect":
+        return time_detector(loaded, sizes, runs, memory)
+    return time_restorer(loaded, sizes, runs, tile, memory)
 
 
 @contextlib.contextmanager
 def _model_file(loaded: LoadedModel, backend: str) -> Iterator[Path]:
     """`loaded` as a file a subprocess can load: an artifact folder or an exported .onnx."""
     from clearsight.engine.ort_backend import OrtModel
+    from clearsight.engine.ort_detect import OrtDetector
 
     with tempfile.TemporaryDirectory(prefix="clearsight-profile-") as d:
-        if backend == "onnxruntime" or isinstance(loaded.model, OrtModel):
-            if isinstance(loaded.model, OrtModel):
+        is_onnx = isinstance(loaded.model, OrtModel | OrtDetector)
+        if backend == "onnxruntime" or is_onnx:
+            if is_onnx:
                 src = Path(loaded.source)
                 if not src.is_file():
                     raise ClearsightError(f"{loaded.source}: cannot re-open the ONNX model")
@@ -209,7 +250,7 @@ def measure_in_subprocess(
     tile: int | None = None,
     threads: int | None = None,
 ) -> list[dict[str, Any]]:
-    """`time_restorer` with memory, in a fresh Python process (clean RSS baseline)."""
+    """`time_model` with memory, in a fresh Python process (clean RSS baseline)."""
     with _model_file(loaded, backend) as path:
         args = {
             "model": str(path),
@@ -243,11 +284,26 @@ def _worker(spec: str) -> None:
         warnings.simplefilter("ignore")
         loaded = resolve_model(args["model"])
     sizes = [tuple(s) for s in args["sizes"]]
-    rows = time_restorer(loaded, sizes, args["runs"], args["tile"], memory=True)
+    rows = time_model(loaded, sizes, args["runs"], args["tile"], memory=True)
     print(json.dumps(rows))
 
 
 # -- the report -----------------------------------------------------------------------------
+@dataclass
+class ScoredRun:
+    """What every scored comparison records about its run: the (first) model, the data and
+    the metric preset it was scored on, how many images, and the machine's threads and load
+    (the spread of its timings depends on them). `QuantReport`, `BenchmarkReport` and the
+    multi-model profile table extend it with their rows."""
+
+    model: str
+    data: str
+    preset: str
+    n_images: int
+    threads: int
+    load_average: tuple[float, float, float]
+
+
 @dataclass
 class ProfileReport:
     model: str

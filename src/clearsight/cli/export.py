@@ -90,58 +90,159 @@ def export_cmd(
 @app.command("profile")
 @friendly
 def profile_cmd(
-    model: Annotated[str, typer.Argument(help="Artifact, .onnx file, bundled model or arch.")],
-    sizes: Annotated[str, typer.Option("--sizes", help="Square sizes or HxW, e.g. 256,512.")] = (
-        "256,512"
-    ),
+    models: Annotated[
+        list[str],
+        typer.Argument(
+            help="Artifact, .onnx file, bundled model or arch; two or more: a before/after "
+            "table (the first is 'before')."
+        ),
+    ],
+    sizes: Annotated[
+        str | None,
+        typer.Option("--sizes", help="One model: square sizes or HxW, e.g. 256,512."),
+    ] = None,
     backend: Annotated[
         str | None,
         typer.Option(
-            "--backend", help="Comma-separated: torch,onnxruntime (default: the model's own)."
+            "--backend",
+            help="One model: comma-separated torch,onnxruntime (default: the model's own).",
         ),
     ] = None,
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per size (median).")] = 3,
     tile: Annotated[
-        int | None, typer.Option("--tile", help="Tile size (0: never; default as restore).")
+        int | None, typer.Option("--tile", help="One model: tile size (0: never).")
     ] = None,
     memory: Annotated[
         bool, typer.Option("--memory/--no-memory", help="Peak memory (in a subprocess).")
     ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            "-d",
+            help="Table: quality on pairs (PSNR/SSIM) or a COCO folder (AP, Astar score).",
+        ),
+    ] = None,
+    size: Annotated[
+        int | None,
+        typer.Option("--size", help="Table: restoration working size (square; default 512)."),
+    ] = None,
+    max_images: Annotated[
+        int | None, typer.Option("--max-images", help="Table: score only the first N images.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Table: also write it as JSON here.")
+    ] = None,
 ) -> None:
-    """Parameters, MACs per pixel, latency and peak memory of MODEL for each backend."""
+    """Parameters, MACs per pixel, latency and peak memory of MODEL for each backend; with
+    several models (or --data), one before/after table with ratios to the first."""
     from clearsight.errors import ClearsightError
     from clearsight.profile import parse_sizes, profile_model
     from clearsight.zoo import resolve_model
 
     if runs < 1:
         raise ClearsightError(f"--runs must be >= 1, got {runs}")
+    table_options = {"--data": data, "--size": size, "--max-images": max_images}
+    table_options["--report"] = report
+    if len(models) > 1 or any(v is not None for v in table_options.values()):
+        for name, value in (("--sizes", sizes), ("--backend", backend), ("--tile", tile)):
+            if value is not None:
+                raise ClearsightError(
+                    f"{name} applies to one model; the before/after table uses --size"
+                )
+        _profile_table(models, data, size, runs, memory, max_images, report, as_json)
+        return
+    (model,) = models
     backends = [b.strip() for b in backend.split(",") if b.strip()] if backend else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loaded = resolve_model(model)
-        report = profile_model(
-            loaded, sizes=parse_sizes(sizes), backends=backends, runs=runs, tile=tile, memory=memory
+        rep = profile_model(
+            loaded,
+            sizes=parse_sizes(sizes or "256,512"),
+            backends=backends,
+            runs=runs,
+            tile=tile,
+            memory=memory,
         )
     if as_json:
-        console.print_json(json.dumps(report.to_dict()))
+        console.print_json(json.dumps(rep.to_dict()))
         return
     console.print(
-        f"{model}: {report.params:,} parameters, {report.macs_per_pixel / 1e3:,.1f} k MACs per "
-        f"pixel (at {report.mac_size}); {report.threads} thread(s), load average "
-        + " ".join(f"{v:.2f}" for v in report.load_average),
+        f"{model}: {rep.params:,} parameters, {rep.macs_per_pixel / 1e3:,.1f} k MACs per "
+        f"pixel (at {rep.mac_size}); {rep.threads} thread(s), load average "
+        + " ".join(f"{v:.2f}" for v in rep.load_average),
         highlight=False,
     )
     table = Table(title=f"profile {model}")
     for col in ("backend", "size", "latency ms", "peak MB"):
         table.add_column(col, justify="left" if col in ("backend", "size") else "right")
-    for b, rows in report.latency.items():
+    for b, rows in rep.latency.items():
         for r in rows:
             peak = r.get("peak_mb")
             table.add_row(
                 b, r["size"], f"{r['latency_ms']:.1f}", "-" if peak is None else f"{peak:.0f}"
             )
     console.print(table)
+
+
+def _profile_table(
+    models: list[str],
+    data: Path | None,
+    size: int | None,
+    runs: int,
+    memory: bool,
+    max_images: int | None,
+    report: Path | None,
+    as_json: bool,
+) -> None:
+    """`profile A B ...`: the before/after table (`profile_table.profile_models`)."""
+    from clearsight.atomic import atomic_write_text
+    from clearsight.out_paths import check_output_file
+    from clearsight.profile_table import profile_models
+
+    if report is not None:
+        report = check_output_file(report, "--report")
+    rep = profile_models(
+        models,
+        data=data,
+        size=size,
+        runs=runs,
+        memory=memory,
+        max_images=max_images,
+        on_step=lambda text: err_console.print(text, highlight=False),
+    )
+    text = json.dumps(rep.to_dict(), indent=2)
+    if report is not None:
+        atomic_write_text(report, text + "\n")
+    if as_json:
+        console.print_json(text)
+        return
+    head, body = rep.table()
+    what = f" on {rep.data} ({rep.n_images} images, {rep.preset})" if rep.data else ""
+    table = Table(title=f"profile at {rep.size}{what}")
+    for i, col in enumerate(head):
+        table.add_column(col, justify="left" if i == 0 else "right", overflow="fold")
+    for cells in body:
+        table.add_row(*cells)
+    console.print(table)
+    for row in rep.rows:
+        for note in row.notes:
+            err_console.print(f"{row.model}: {note}", highlight=False, soft_wrap=True)
+    loads = "; ".join(
+        f"{row.model} " + " ".join(f"{v:.2f}" for v in row.load_average)
+        for row in rep.rows
+        if row.load_average is not None
+    )
+    err_console.print(
+        f"latency: median of {rep.runs} run(s), {rep.threads} thread(s); load average after "
+        f"timing: {loads}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if report is not None:
+        console.print(f"report: {report}", highlight=False)
 
 
 @app.command("benchmark")

@@ -21,6 +21,7 @@ import numpy as np
 
 from clearsight.artifact import LoadedModel
 from clearsight.data.pairs import ImagePair
+from clearsight.profile import ScoredRun
 
 Data = str | os.PathLike[str] | Sequence[ImagePair]
 
@@ -39,13 +40,7 @@ class QuantRow:
 
 
 @dataclass
-class QuantReport:
-    model: str
-    data: str
-    preset: str
-    n_images: int
-    threads: int
-    load_average: tuple[float, float, float]
+class QuantReport(ScoredRun):
     rows: list[QuantRow] = field(default_factory=list)
 
     @property
