@@ -338,3 +338,27 @@ def test_two_ranks_train_a_detector_to_identical_weights(rects: Path, tmp_path: 
         assert torch.equal(value, b["state"][key]), key
     assert a["val"] == b["val"] and set(a["val"]) == {"AP", "AP50", "AP75"}
     assert (tmp_path / "run" / "best" / "config.json").is_file()
+
+
+def test_model_init_with_other_shape_free_arguments_is_refused(rects: Path, tmp_path: Path) -> None:
+    """YOLOX-Nano's input_size changes no weight shape: an init artifact built at 64x64 must
+    not load into a run whose model decodes at its default 416x416 (it would train at the
+    artifact's 64x64 preprocessing and fail only at validation)."""
+    from clearsight.artifact import make_config, save_artifact
+    from clearsight.engine import trainer
+    from clearsight.engine.train_config import config_from_dict
+
+    model = build_model("yolox-nano", num_classes=2, input_size=64)
+    args = {"num_classes": 2, "input_size": 64}
+    src = save_artifact(model, tmp_path / "src", make_config(model, "yolox-nano", args))
+    raw = {
+        "model": {"arch": "yolox-nano", "args": {"num_classes": 2}, "init": str(src)},
+        "data": {"train": str(rects), "batch_size": 2},
+        "loss": {"name": "yolox"},
+        "train": {"steps": 1, "tensorboard": False, "amp": "off"},
+    }
+    with pytest.raises(TrainConfigError, match="input_size"):
+        trainer._Run(config_from_dict(raw), tmp_path / "run", trainer._init_dist("cpu"), False)
+    raw["model"]["args"] = args  # the artifact's own arguments load
+    run = trainer._Run(config_from_dict(raw), tmp_path / "ok", trainer._init_dist("cpu"), False)
+    assert tuple(run.model.input_size) == (64, 64)

@@ -190,6 +190,18 @@ def test_bernoulli_kl_is_zero_only_where_scores_agree() -> None:
     assert (bernoulli_kl(t + 1.0, t) > 0).all()
 
 
+def test_a_student_scoring_near_zero_is_still_pulled_up() -> None:
+    """A freshly pruned detector scores ~1e-9 where its teacher is confident: the class term
+    must still have a gradient there (a clamp of the scores at 1e-6 zeroed it)."""
+    from clearsight.engine.distill import _logits
+
+    student = torch.tensor([1e-9, 1e-3, 0.5], requires_grad=True)
+    teacher = torch.tensor([0.9, 0.9, 0.9])
+    bernoulli_kl(_logits(student), _logits(teacher)).sum().backward()
+    assert student.grad is not None and (student.grad < 0).all()
+    assert torch.isfinite(_logits(torch.tensor([0.0, 1.0]))).all()
+
+
 # -- detection ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def rects(tmp_path_factory: pytest.TempPathFactory) -> Path:

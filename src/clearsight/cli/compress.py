@@ -90,4 +90,35 @@ def prune_cmd(
     console.print(f"wrote {path} and {json_out or default_report_path(out)}", highlight=False)
 
 
+@compress_app.command("input-size")
+@friendly
+def input_size_cmd(
+    model: Annotated[str, typer.Argument(help="Detector artifact path or bundled name.")],
+    size: Annotated[int, typer.Option("--size", help="The new input's side in pixels.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Output artifact folder.")],
+    resize: Annotated[
+        str,
+        typer.Option(
+            "--resize",
+            help="keep (the model's), fixed (stretch, as the Astar contest) or letterbox.",
+        ),
+    ] = "keep",
+) -> None:
+    """Rebuild detector MODEL for SIZE x SIZE inputs with the same weights."""
+    from clearsight.compress.input_size import change_input_size
+
+    r = change_input_size(model, out, size, resize)
+    table = Table(title=f"input-size {model}")
+    for col in ("", "before", "after", "after/before"):
+        table.add_column(col, justify="right" if col else "left")
+    table.add_row("input", "x".join(map(str, r.size_before)), "x".join(map(str, r.size_after)), "")
+    table.add_row("resize", r.resize_before, r.resize_after, "")
+    table.add_row(
+        "MAdds (M)", f"{r.madds_before:,.1f}", f"{r.madds_after:,.1f}",
+        _ratio(r.madds_after, r.madds_before),
+    )  # fmt: skip
+    console.print(table)
+    console.print(f"wrote {r.path}", highlight=False)
+
+
 compress_quantize.register(compress_app)

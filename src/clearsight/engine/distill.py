@@ -65,7 +65,14 @@ def bernoulli_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> 
 
 
 def _logits(scores: torch.Tensor) -> torch.Tensor:
-    return torch.logit(scores.float().clamp(EPS, 1 - EPS))
+    """Logits of sigmoid scores, log(q) - log(1 - q). Clamping q to [EPS, 1 - EPS] first
+    would zero the gradient wherever a student scores below EPS: a freshly pruned YOLOX-Nano
+    scores objectness x class around 1e-7 on nearly every anchor, so the class term could not
+    raise it and recovery stalled. Only the log's argument is clamped, at the float32 limits."""
+    q = scores.float()
+    return torch.log(q.clamp_min(torch.finfo(torch.float32).tiny)) - torch.log1p(
+        -q.clamp_max(1.0 - 1e-7)
+    )
 
 
 def _tensor_of(output: Any, name: str) -> torch.Tensor:

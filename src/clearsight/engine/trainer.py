@@ -340,10 +340,12 @@ def _init_from(model: nn.Module, cfg: TrainConfig) -> ModelConfig:
     )
     if loaded.config.architecture != cfg.model.arch:
         raise mismatch
+    # Arguments that change no weight shape (YOLOX-Nano's input_size) would otherwise load
+    # and train at the artifact's preprocessing while the model decodes at its own size.
+    defaults = get_spec(cfg.model.arch).default_args()
+    if {**defaults, **loaded.config.arch_args} != {**defaults, **cfg.model.args}:
+        raise mismatch
     if loaded.config.widths:
-        defaults = get_spec(cfg.model.arch).default_args()
-        if {**defaults, **loaded.config.arch_args} != {**defaults, **cfg.model.args}:
-            raise mismatch
         try:
             apply_widths(model, loaded.config.widths, loaded.config.layer_shapes)
         except WidthsError as exc:
