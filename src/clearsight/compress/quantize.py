@@ -18,10 +18,19 @@ subtraction, MBCNN's final bandpass join). An 8-bit output image quantized once 
 graph costs its precision twice; excluding those few nodes costs almost no speed.
 `--exclude NODE` adds more (names as in the fp32 graph; `nodes_of` lists them).
 
+Detectors (`--layout decoded|astar`, `export/onnx_detect.py`): the same static QDQ on the
+detector's parity-checked fp32 export, calibrated on whole images prepared as that file is
+fed (`prepare_detection_image`), percentile ranges and 64 images by default, and two parts
+kept fp32: the output path (box decode, sigmoids, score layout and the head's last
+convolutions) and the stem with the first block (`input_path_nodes`). Both were measured
+on YOLOX-Nano's contest mAP (docs/quantize.md); every other convolution is int8, so the
+contest's MAdds count halves all the same (`detection/madds.py`).
+
 The int8 file carries the fp32 export's metadata unchanged (`onnx_meta.py`: config,
 preprocessing spec, export info, so `load_model` and the ONNX Runtime backend read it as they
-read any export, shared-statistics tiling included) plus `precision: "int8"` and the
-quantization settings inside the export info, and `clearsight_precision` as its own key.
+read any export, shared-statistics tiling included; a detector's class map and layout too)
+plus `precision: "int8"` and the quantization settings inside the export info, and
+`clearsight_precision` as its own key.
 """
 
 from __future__ import annotations
