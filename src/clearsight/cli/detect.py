@@ -74,9 +74,7 @@ def detect_cmd(
         raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     from clearsight.detection.detector import Detector
 
-    detector = Detector.from_pretrained(
-        model, device=device, backend=backend, precision=precision
-    )
+    detector = Detector.from_pretrained(model, device=device, backend=backend, precision=precision)
     with progress() as bar:
         task = bar.add_task("detecting", total=None)
 
