@@ -443,7 +443,12 @@ def _static(
         "entropy": CalibrationMethod.Entropy,
         "percentile": CalibrationMethod.Percentile,
     }[str(opts.calibration)]
+    import onnxruntime
+
     reader = _reader_class()(inputs, "input")
+    # the calibration sessions are ONNX Runtime's own: without this their graph optimizer
+    # logs a warning per unused initializer (the detectors' export leaves dozens)
+    onnxruntime.set_default_logger_severity(3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_static(
