@@ -166,6 +166,8 @@ def test_quantize_command_on_a_pruned_detector_artifact_in_the_astar_layout(imag
     cfg.class_ids, cfg.class_names = [1, 3, 18], ["person", "car", "dog"]
     src = save_artifact(model, tmp_path / "yolox-src", cfg)
     pruned, _ = prune(src, tmp_path / "yolox-pruned", ratio=0.5)
+    # random weights on 2 images leave a near-constant tensor: percentile's histogram fails
+    # there (a one-line error, checked below), minmax does not
     out = tmp_path / "pruned-astar.int8.onnx"
     res = runner.invoke(
         app,
@@ -173,15 +175,18 @@ def test_quantize_command_on_a_pruned_detector_artifact_in_the_astar_layout(imag
             "compress", "quantize", str(pruned), "--calibration", str(images),
             "--layout", "astar", "-o", str(out), "--calibration-images", "2",
             "--max-images", "2", "--runs", "1", "--report", str(tmp_path / "r.json"),
+            "--calibration-method", "minmax",
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "detections agree" in res.output and "MAdds" in res.output
+    assert "int8" in res.output and "largest output differences" in res.output
     loaded = load_model(out)
     assert isinstance(loaded.model, OrtDetector) and loaded.model.layout == "astar"
     assert loaded.model.export_info["precision"] == "int8"
     rep = json.loads((tmp_path / "r.json").read_text())
-    assert rep["layout"] == "astar" and rep["n_images"] == 2
+    assert rep["layout"] == "astar" and rep["n_images"] == 2 and rep["detections_fp32"] >= 0
+    # no --data: no accuracy; the MAdds halving is checked on the SSD above
+    assert rep["rows"][1]["accuracy"] is None and rep["rows"][1]["latency_ms"] > 0
 
 
 def test_bad_requests_fail_with_one_line(images, tmp_path):
@@ -193,7 +198,7 @@ def test_bad_requests_fail_with_one_line(images, tmp_path):
     (tmp_path / "junk" / "a.png").write_bytes(b"not an image")
     cases = [
         (["--calibration", str(tmp_path / "missing")], "--calibration"),
-        (["--calibration", str(empty)], "holds no images"),
+        (["--calibration", str(empty)], "no images found"),
         (["--calibration", str(tmp_path / "junk")], "a.png"),
         (["--calibration", str(images), "--layout", "sideways"], "layout"),
     ]
@@ -202,8 +207,9 @@ def test_bad_requests_fail_with_one_line(images, tmp_path):
             app, ["compress", "quantize", str(art), "-o", str(tmp_path / "x.onnx"), *extra]
         )
         assert res.exit_code != 0, extra
-        assert needle in res.output and "Traceback" not in res.output, res.output
-        assert len(res.output.strip().splitlines()) <= 3, res.output
+        errors = [line for line in res.output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and needle in errors[0], res.output
+        assert "Traceback" not in res.output, res.output
     assert not (tmp_path / "x.onnx").exists()
 
 

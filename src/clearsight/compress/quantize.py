@@ -365,12 +365,18 @@ def quantize_model(
     options: QuantizeOptions | None = None,
 ) -> QuantizeResult:
     """Quantize `loaded` to int8; `calibration` is a folder of real images (static only)."""
-    opts = options or QuantizeOptions()
+    detector = loaded.config.task == "detect"
+    opts = (options or QuantizeOptions()).for_task(detector)
+    paths: list[Path] = []
+    if opts.method == "static":  # a bad folder fails before the export's minute
+        if calibration is None:
+            raise OptionError("calibration", "static quantization needs a folder of images")
+        paths = calibration_images(calibration, int(opts.max_images or 1))
+        if not paths:
+            raise QuantizeError(f"--calibration: {calibration} holds no images")
     fp32 = fp32_onnx(loaded, opts.layout)
     props = _metadata(fp32)
     info = json.loads(props[EXPORT_KEY])
-    detector = info.get("task") == "detect"
-    opts = opts.for_task(detector)
     known = {name for name, _ in nodes_of(fp32)}
     unknown = [n for n in opts.exclude if n not in known]
     if unknown:
@@ -389,11 +395,6 @@ def quantize_model(
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(fp32)
         if opts.method == "static":
-            if calibration is None:
-                raise OptionError("calibration", "static quantization needs a folder of images")
-            paths = calibration_images(calibration, int(opts.max_images or 1))
-            if not paths:
-                raise QuantizeError(f"--calibration: {calibration} holds no images")
             if detector:
                 layout = str(info.get("layout", "decoded"))
                 inputs = [prepare_detection_image(p, loaded, layout) for p in paths]
@@ -449,7 +450,7 @@ def _static(
     # the calibration sessions are ONNX Runtime's own: without this their graph optimizer
     # logs a warning per unused initializer (the detectors' export leaves dozens)
     onnxruntime.set_default_logger_severity(3)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _histogram_errors(opts):
         warnings.simplefilter("ignore")
         quantize_static(
             src,
@@ -463,6 +464,21 @@ def _static(
             calibrate_method=method,
             extra_options={"CalibMovingAverage": False},
         )
+
+
+@contextlib.contextmanager
+def _histogram_errors(opts: QuantizeOptions) -> Any:
+    """ONNX Runtime's histogram calibrators (entropy, percentile) fail on a tensor whose
+    calibration values are all but constant; say so in one line, with the way out."""
+    try:
+        yield
+    except ValueError as exc:
+        if "bins" not in str(exc):
+            raise
+        raise QuantizeError(
+            f"--calibration-method {opts.calibration}: a tensor's calibration values are "
+            f"(nearly) constant ({exc}); use more images or --calibration-method minmax"
+        ) from None
 
 
 def _dynamic(src: Path, dst: Path, opts: QuantizeOptions, excluded: list[str]) -> None:
