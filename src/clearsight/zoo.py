@@ -134,9 +134,15 @@ def find_int8(ref: str) -> Path:
     )
 
 
-def default_int8_output(ref: str) -> Path:
+def default_int8_output(ref: str, layout: str | None = None) -> Path:
     """`compress quantize`'s default output: beside a model file or folder, else (a bundled
-    or architecture name) `NAME.int8.onnx` in the current folder, never inside the package."""
+    or architecture name) `NAME.int8.onnx` in the current folder, never inside the package.
+    A detector's contest-layout file is `NAME-astar.int8.onnx` (`--precision int8` runs
+    `NAME.int8.onnx`, which must be the `decoded` one)."""
     if ref in bundled_models() and not Path(ref).exists():
-        return Path(ref + INT8_SUFFIX)
-    return int8_path_for(ref)
+        path = Path(ref + INT8_SUFFIX)
+    else:
+        path = int8_path_for(ref)
+    if layout == "astar" and not path.name.endswith("-astar" + INT8_SUFFIX):
+        path = path.with_name(path.name[: -len(INT8_SUFFIX)] + "-astar" + INT8_SUFFIX)
+    return path

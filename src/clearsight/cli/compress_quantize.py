@@ -33,12 +33,24 @@ def quantize_cmd(
     method: Annotated[
         str, typer.Option("--method", help="static (calibrated, QDQ) or dynamic.")
     ] = "static",
+    layout: Annotated[
+        str | None,
+        typer.Option("--layout", help="Detectors: export layout, decoded (default) or astar."),
+    ] = None,
     calibration_method: Annotated[
-        str, typer.Option("--calibration-method", help="minmax, entropy or percentile.")
-    ] = "minmax",
+        str | None,
+        typer.Option(
+            "--calibration-method",
+            help="minmax, entropy or percentile (default: minmax; detectors percentile).",
+        ),
+    ] = None,
     calibration_images: Annotated[
-        int, typer.Option("--calibration-images", help="Use the first N images (by name).")
-    ] = 16,
+        int | None,
+        typer.Option(
+            "--calibration-images",
+            help="Use the first N images by name (default 16; detectors 64).",
+        ),
+    ] = None,
     calibration_crop: Annotated[
         int, typer.Option("--calibration-crop", help="Centre crop side of each image (px).")
     ] = 256,
@@ -58,15 +70,22 @@ def quantize_cmd(
         typer.Option(
             "--data",
             "-d",
-            help="Pairs to score fp32 vs int8 on (default: the calibration images, vs fp32 only).",
+            help="Pairs to score fp32 vs int8 on (default: the calibration images, vs fp32 "
+            "only); detectors: a COCO-format folder to take AP (or astar mAP) on.",
         ),
     ] = None,
     max_images: Annotated[
-        int | None, typer.Option("--max-images", help="Score only the first N of --data.")
+        int | None,
+        typer.Option(
+            "--max-images",
+            help="Score only the first N of --data (detectors: compare on N calibration "
+            "images, default 8).",
+        ),
     ] = None,
-    sizes: Annotated[str, typer.Option("--sizes", help="Square latency sizes, e.g. 512,1024.")] = (
-        "512"
-    ),
+    sizes: Annotated[
+        str,
+        typer.Option("--sizes", help="Square latency sizes, e.g. 512,1024 (detectors: fixed)."),
+    ] = "512",
     runs: Annotated[int, typer.Option("--runs", help="Timed runs per size (median).")] = 3,
     report: Annotated[
         Path | None, typer.Option("--report", help="Also write the table as JSON here.")
@@ -76,7 +95,8 @@ def quantize_cmd(
     ] = False,
 ) -> None:
     """Int8 post-training quantization with ONNX Runtime; prints fp32 vs int8 (size, PSNR,
-    PSNR against fp32, latency)."""
+    PSNR against fp32, latency; detectors: output differences, detection agreement, AP or
+    the contest score, latency)."""
     from clearsight.atomic import atomic_write_text
     from clearsight.compress.quant_report import quant_report
     from clearsight.compress.quantize import QuantizeOptions, quantize_model, save_quantized
@@ -96,8 +116,9 @@ def quantize_cmd(
         keep_output_fp32=output_fp32,
         max_images=calibration_images,
         crop=calibration_crop,
+        layout=layout,
     )
-    target = check_output_file(out or default_int8_output(model))
+    target = check_output_file(out or default_int8_output(model, layout))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loaded = resolve_model(model)
@@ -110,9 +131,12 @@ def quantize_cmd(
         highlight=False,
         soft_wrap=True,
     )
-    score_on = data or calibration
-    if no_report or score_on is None:
+    if no_report or (data or calibration) is None:
         return
+    if loaded.config.task == "detect":
+        _detector_report(model, result, target, calibration, data, max_images, runs, report)
+        return
+    score_on = data or calibration
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fp32 = load_onnx(result.fp32_data, source=f"{model} (fp32 onnx)")
@@ -139,6 +163,64 @@ def quantize_cmd(
     err_console.print(
         f"ONNX Runtime, {rep.threads} thread(s); load average "
         + " ".join(f"{v:.2f}" for v in rep.load_average),
+        highlight=False,
+    )
+    if report is not None:
+        atomic_write_text(report, json.dumps(rep.to_dict(), indent=2))
+        console.print(f"report: {report}", highlight=False)
+
+
+def _detector_report(
+    model: str,
+    result: object,
+    target: Path,
+    calibration: Path | None,
+    data: Path | None,
+    max_images: int | None,
+    runs: int,
+    report: Path | None,
+) -> None:
+    """fp32 vs int8 for a detector (`compress/quant_report_detect.py`)."""
+    from clearsight.atomic import atomic_write_text
+    from clearsight.compress.quant_report_detect import detect_quant_report
+    from clearsight.compress.quantize import QuantizeResult
+    from clearsight.engine.ort_backend import load_onnx
+
+    assert isinstance(result, QuantizeResult)
+    if calibration is None:
+        err_console.print("no table: a detector's is made on --calibration images")
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp32 = load_onnx(result.fp32_data, source=f"{model} (fp32 onnx)")
+        int8 = load_onnx(target)
+        rep = detect_quant_report(
+            fp32,
+            int8,
+            calibration,
+            fp32_mb=len(result.fp32_data) / 2**20,
+            int8_mb=len(result.data) / 2**20,
+            runs=max(runs, 5),
+            max_images=max_images,
+            data=data,
+        )
+    head, body = rep.table()
+    where = f"; {rep.metric} on {rep.data}" if rep.data else ""
+    table = Table(
+        title=f"{model} ({rep.layout}): fp32 vs int8, {rep.n_images} calibration images{where}"
+    )
+    for i, col in enumerate(head):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in body:
+        table.add_row(*row)
+    console.print(table)
+    diffs = ", ".join(
+        f"{k} {v:.3g} (of {rep.output_range[k]:.3g})" for k, v in rep.output_max_abs_diff.items()
+    )
+    console.print(f"largest output differences: {diffs}", highlight=False, soft_wrap=True)
+    err_console.print(
+        f"ONNX Runtime, {rep.threads} thread(s); detections above 0.3 matched at IoU 0.5; "
+        "load average " + " ".join(f"{v:.2f}" for v in rep.load_average),
         highlight=False,
     )
     if report is not None:

@@ -15,6 +15,7 @@ from clearsight.cli._options import (
     DeviceOpt,
     EngineOpt,
     FailFastOpt,
+    PrecisionOpt,
     SkipExistingOpt,
     WorkersOpt,
 )
@@ -42,6 +43,7 @@ def detect_cmd(
     ] = 0.3,
     device: DeviceOpt = "cpu",
     backend: BackendOpt = "torch",
+    precision: PrecisionOpt = "fp32",
     fail_fast: FailFastOpt = False,
     skip_existing: SkipExistingOpt = None,
     engine: EngineOpt = "local",
@@ -52,8 +54,10 @@ def detect_cmd(
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
     if use_ray(engine):
-        if backend != "torch":
-            raise OptionError("backend", "detect runs --backend onnxruntime with --engine local")
+        if backend != "torch" or precision != "fp32":
+            raise OptionError(
+                "backend", "detect runs --backend onnxruntime and int8 with --engine local"
+            )
         _detect_on_ray(
             inputs,
             out,
@@ -70,7 +74,7 @@ def detect_cmd(
         raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     from clearsight.detection.detector import Detector
 
-    detector = Detector.from_pretrained(model, device=device, backend=backend)
+    detector = Detector.from_pretrained(model, device=device, backend=backend, precision=precision)
     with progress() as bar:
         task = bar.add_task("detecting", total=None)
 

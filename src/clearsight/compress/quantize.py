@@ -18,10 +18,19 @@ subtraction, MBCNN's final bandpass join). An 8-bit output image quantized once 
 graph costs its precision twice; excluding those few nodes costs almost no speed.
 `--exclude NODE` adds more (names as in the fp32 graph; `nodes_of` lists them).
 
+Detectors (`--layout decoded|astar`, `export/onnx_detect.py`): the same static QDQ on the
+detector's parity-checked fp32 export, calibrated on whole images prepared as that file is
+fed (`prepare_detection_image`), percentile ranges and 64 images by default, and two parts
+kept fp32: the output path (box decode, sigmoids, score layout and the head's last
+convolutions) and the stem with the first block (`input_path_nodes`). Both were measured
+on YOLOX-Nano's contest mAP (docs/quantize.md); every other convolution is int8, so the
+contest's MAdds count halves all the same (`detection/madds.py`).
+
 The int8 file carries the fp32 export's metadata unchanged (`onnx_meta.py`: config,
 preprocessing spec, export info, so `load_model` and the ONNX Runtime backend read it as they
-read any export, shared-statistics tiling included) plus `precision: "int8"` and the
-quantization settings inside the export info, and `clearsight_precision` as its own key.
+read any export, shared-statistics tiling included; a detector's class map and layout too)
+plus `precision: "int8"` and the quantization settings inside the export info, and
+`clearsight_precision` as its own key.
 """
 
 from __future__ import annotations
@@ -38,12 +47,23 @@ from typing import Any
 import numpy as np
 
 from clearsight.artifact import LoadedModel
+from clearsight.engine.ort_detect import LAYOUTS
 from clearsight.errors import ClearsightError, OptionError
 from clearsight.onnx_meta import EXPORT_KEY, PRECISION_KEY
 
 METHODS = ("static", "dynamic")
 CALIBRATIONS = ("minmax", "entropy", "percentile")
 DEFAULT_CALIBRATION_IMAGES = 16
+DETECT_CALIBRATION_IMAGES = 64
+"""Detectors' default: more images than restoration's crops (one whole input each) make the
+percentile ranges steadier; 128 whole YOLOX inputs outgrow 12 GB in the calibrator."""
+DETECT_CALIBRATION = "percentile"
+"""Detectors' default calibration method: min/max ranges of a few outlier activations left
+YOLOX-Nano's contest mAP 0.258 where percentile kept 0.282 (docs/quantize.md)."""
+DETECT_INPUT_CONVS = 3
+"""Detectors keep their first convolutions in fp32 (`input_path_nodes`): with per-tensor
+activations, channels of a BN-folded stem whose ranges differ a hundredfold lose the small
+ones; quantizing YOLOX-Nano's stem conv alone took its contest mAP from 0.284 to 0.135."""
 DEFAULT_CALIBRATION_CROP = 256
 """Calibration images are centre-cropped to this side (after padding to the model's
 multiple): the calibrator keeps every intermediate tensor of a batch, so whole 700x700
@@ -62,26 +82,46 @@ class QuantizeOptions:
     """How to quantize; validated once, here."""
 
     method: str = "static"
-    calibration: str = "minmax"
+    calibration: str | None = None
+    """None: "minmax" for restoration models, `DETECT_CALIBRATION` for detectors."""
     per_channel: bool = True
     exclude: tuple[str, ...] = ()
     """Extra node names kept in fp32 (besides the output path, unless `keep_output_fp32` is
     off)."""
     keep_output_fp32: bool = True
-    max_images: int = DEFAULT_CALIBRATION_IMAGES
+    max_images: int | None = None
+    """None: `DEFAULT_CALIBRATION_IMAGES`, or `DETECT_CALIBRATION_IMAGES` for detectors."""
     crop: int = DEFAULT_CALIBRATION_CROP
+    """Restoration only: a detector is calibrated at its fixed input size."""
+    layout: str | None = None
+    """Detectors: the export layout, "decoded" (default) or "astar" (`export/onnx_detect.py`)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise OptionError("method", f"unknown method {self.method!r}; known: static, dynamic")
-        if self.calibration not in CALIBRATIONS:
+        if self.calibration is not None and self.calibration not in CALIBRATIONS:
             known = ", ".join(CALIBRATIONS)
             raise OptionError("calibration_method", f"{self.calibration!r}; known: {known}")
-        if self.max_images < 1:
+        if self.max_images is not None and self.max_images < 1:
             raise OptionError("calibration_images", f"must be >= 1, got {self.max_images}")
         if self.crop < 16:
             raise OptionError("calibration_crop", f"must be >= 16 pixels, got {self.crop}")
+        if self.layout is not None and self.layout not in LAYOUTS:
+            known = ", ".join(LAYOUTS)
+            raise OptionError("layout", f"unknown detection layout {self.layout!r}; known: {known}")
         object.__setattr__(self, "exclude", tuple(self.exclude))
+
+    def for_task(self, detector: bool) -> QuantizeOptions:
+        """These options with the task's defaults filled in."""
+        from dataclasses import replace
+
+        calib = DETECT_CALIBRATION if detector else "minmax"
+        images = DETECT_CALIBRATION_IMAGES if detector else DEFAULT_CALIBRATION_IMAGES
+        return replace(
+            self,
+            calibration=self.calibration or calib,
+            max_images=self.max_images or images,
+        )
 
 
 @dataclass
@@ -126,6 +166,27 @@ def prepare_image(path: Path, loaded: LoadedModel, pad_multiple: int, crop: int)
     x = x[..., top : top + ch, left : left + cw]
     x = pad_to_multiple(loaded.config.preprocess.to_model(x), pad_multiple)
     return np.ascontiguousarray(x.numpy().astype(np.float32))
+
+
+def prepare_detection_image(path: Path, loaded: LoadedModel, layout: str) -> np.ndarray:
+    """One detector calibration input [1, 3, H, W] float32, made as the file will be fed:
+    the contest's Lanczos stretch to 300x300, BGR, (x - 127.5) * 0.007843 for `astar`
+    (`detection/astar.py`, as `astar-score` feeds it), else the artifact's own resize or
+    letterbox (`detection/preprocess.py`, as `detect` and `eval` feed it)."""
+    from clearsight.detection.astar import contest_preprocess
+    from clearsight.detection.preprocess import prepare
+    from clearsight.io import read_image
+
+    try:
+        if layout == "astar":
+            x = contest_preprocess(path)[0]
+        else:
+            x = prepare(read_image(path), loaded.config.preprocess)[0].numpy()
+    except ClearsightError:
+        raise
+    except Exception as exc:  # PIL's errors for a file that is no image
+        raise QuantizeError(f"--calibration: cannot read {path} ({exc})") from None
+    return np.ascontiguousarray(x[None].astype(np.float32))
 
 
 def _reader_class() -> type:
@@ -181,6 +242,25 @@ def output_path_nodes(data: bytes) -> list[str]:
     return found
 
 
+def input_path_nodes(data: bytes, convs: int) -> list[str]:
+    """Names of the nodes from the first convolution (included) to the (`convs` + 1)-th
+    (excluded), in graph order (the exporter writes nodes in module order): the stem and
+    first block, which detectors keep in fp32 (`DETECT_INPUT_CONVS`). What comes before the
+    first convolution (the contest input conversion, YOLOX's space-to-depth slices) is
+    quantized: 8-bit pixels lose nothing to 8 bits (and YOLOX-Nano's contest mAP measured
+    0.267 with it in fp32 against 0.276 quantized, docs/quantize.md)."""
+    found: list[str] = []
+    seen = 0
+    for name, op in nodes_of(data):
+        if op in _CONV_TYPES:
+            if seen == convs:
+                break
+            seen += 1
+        if seen and op not in _SHAPE_TYPES:
+            found.append(name)
+    return found
+
+
 def _with_metadata(data: bytes, props: dict[str, str], extra: dict[str, Any]) -> bytes:
     """`data` with the fp32 export's metadata, its export info extended by `extra`."""
     import onnx
@@ -204,32 +284,40 @@ def _metadata(data: bytes) -> dict[str, str]:
 
 
 # -- the work ----------------------------------------------------------------------------
-def fp32_onnx(loaded: LoadedModel) -> bytes:
-    """The fp32 ONNX bytes of `loaded`: exported (parity-checked) from a PyTorch model, or
-    the file an fp32 ONNX model was loaded from."""
+def fp32_onnx(loaded: LoadedModel, layout: str | None = None) -> bytes:
+    """The fp32 ONNX bytes of `loaded`: exported (parity-checked) from a PyTorch model, a
+    detector in `layout` (default "decoded"), or the file an fp32 ONNX model was loaded from."""
     from clearsight.engine.ort_backend import OrtModel
+    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
 
     model = loaded.model
-    if isinstance(model, OrtModel):
+    is_detector = loaded.config.task == "detect"
+    if layout is not None and not is_detector:
+        raise OptionError(
+            "layout", f"applies to detectors; {loaded.source} is a {loaded.config.task!r} model"
+        )
+    if isinstance(model, OrtModel | OrtDetector):
         if precision_of(model.export_info) != "fp32":
             raise QuantizeError(
                 f"{loaded.source} is already quantized ({precision_of(model.export_info)})"
+            )
+        if isinstance(model, OrtDetector) and layout is not None and layout != model.layout:
+            raise OptionError(
+                "layout",
+                f"{loaded.source} is an ONNX export in the {model.layout!r} layout, not "
+                f"{layout!r}; export the detector again with --layout {layout}",
             )
         src = model.model_data
         if src is None:
             raise QuantizeError(f"{loaded.source}: the ONNX model's bytes are not available")
         return src if isinstance(src, bytes) else Path(src).read_bytes()
-    if loaded.config.task == "detect":
-        # the two places a detector plugs in: its fp32 export here, and `prepare_image`'s
-        # preprocessing (the detector's fixed input size and letterbox instead of padding)
-        raise QuantizeError(
-            f"{loaded.source}: quantizing detectors needs their fp32 ONNX export, which this "
-            "build does not have yet; restoration models (RESCAN, MBCNN) are supported"
-        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
+        if is_detector:
+            data, _ = export_onnx_bytes(loaded, layout=layout or "decoded")
+        else:
+            data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
     return data
 
 
@@ -277,8 +365,16 @@ def quantize_model(
     options: QuantizeOptions | None = None,
 ) -> QuantizeResult:
     """Quantize `loaded` to int8; `calibration` is a folder of real images (static only)."""
-    opts = options or QuantizeOptions()
-    fp32 = fp32_onnx(loaded)
+    detector = loaded.config.task == "detect"
+    opts = (options or QuantizeOptions()).for_task(detector)
+    paths: list[Path] = []
+    if opts.method == "static":  # a bad folder fails before the export's minute
+        if calibration is None:
+            raise OptionError("calibration", "static quantization needs a folder of images")
+        paths = calibration_images(calibration, int(opts.max_images or 1))
+        if not paths:
+            raise QuantizeError(f"--calibration: {calibration} holds no images")
+    fp32 = fp32_onnx(loaded, opts.layout)
     props = _metadata(fp32)
     info = json.loads(props[EXPORT_KEY])
     known = {name for name, _ in nodes_of(fp32)}
@@ -287,32 +383,38 @@ def quantize_model(
         raise OptionError(
             "exclude", f"no node named {', '.join(map(repr, unknown))} in the fp32 graph"
         )
-    excluded = list(
-        dict.fromkeys([*(output_path_nodes(fp32) if opts.keep_output_fp32 else []), *opts.exclude])
-    )
+    kept: list[str] = []
+    if opts.keep_output_fp32:
+        # the output path: box decode, sigmoids and the last convolutions of a detector
+        kept += output_path_nodes(fp32)
+        if detector:
+            kept += input_path_nodes(fp32, DETECT_INPUT_CONVS)
+    excluded = list(dict.fromkeys([*kept, *opts.exclude]))
     used: list[str] = []
     with tempfile.TemporaryDirectory(prefix="clearsight-quant-") as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(fp32)
         if opts.method == "static":
-            if calibration is None:
-                raise OptionError("calibration", "static quantization needs a folder of images")
-            paths = calibration_images(calibration, opts.max_images)
-            pad = int(info.get("pad_multiple", 1))
-            inputs = [prepare_image(p, loaded, pad, opts.crop) for p in paths]
+            if detector:
+                layout = str(info.get("layout", "decoded"))
+                inputs = [prepare_detection_image(p, loaded, layout) for p in paths]
+            else:
+                pad = int(info.get("pad_multiple", 1))
+                inputs = [prepare_image(p, loaded, pad, opts.crop) for p in paths]
             used = [str(p) for p in paths]
             _static(src, dst, inputs, opts, excluded)
         else:
             _dynamic(src, dst, opts, excluded)
         data = dst.read_bytes()
+    static = opts.method == "static"
     settings = {
         "method": opts.method,
-        "format": "QDQ" if opts.method == "static" else "QOperator",
+        "format": "QDQ" if static else "QOperator",
         "weights": "int8 per-channel" if opts.per_channel else "int8 per-tensor",
-        "activations": "uint8" if opts.method == "static" else "dynamic",
-        "calibration": opts.calibration if opts.method == "static" else None,
+        "activations": "uint8" if static else "dynamic",
+        "calibration": opts.calibration if static else None,
         "calibration_images": len(used),
-        "calibration_crop": opts.crop if opts.method == "static" else None,
+        "calibration_crop": opts.crop if static and not detector else None,
         "excluded_nodes": excluded,
         "onnxruntime": _ort_version(),
     }
@@ -341,9 +443,14 @@ def _static(
         "minmax": CalibrationMethod.MinMax,
         "entropy": CalibrationMethod.Entropy,
         "percentile": CalibrationMethod.Percentile,
-    }[opts.calibration]
+    }[str(opts.calibration)]
+    import onnxruntime
+
     reader = _reader_class()(inputs, "input")
-    with warnings.catch_warnings():
+    # the calibration sessions are ONNX Runtime's own: without this their graph optimizer
+    # logs a warning per unused initializer (the detectors' export leaves dozens)
+    onnxruntime.set_default_logger_severity(3)
+    with warnings.catch_warnings(), _histogram_errors(opts):
         warnings.simplefilter("ignore")
         quantize_static(
             src,
@@ -357,6 +464,21 @@ def _static(
             calibrate_method=method,
             extra_options={"CalibMovingAverage": False},
         )
+
+
+@contextlib.contextmanager
+def _histogram_errors(opts: QuantizeOptions) -> Any:
+    """ONNX Runtime's histogram calibrators (entropy, percentile) fail on a tensor whose
+    calibration values are all but constant; say so in one line, with the way out."""
+    try:
+        yield
+    except ValueError as exc:
+        if "bins" not in str(exc):
+            raise
+        raise QuantizeError(
+            f"--calibration-method {opts.calibration}: a tensor's calibration values are "
+            f"(nearly) constant ({exc}); use more images or --calibration-method minmax"
+        ) from None
 
 
 def _dynamic(src: Path, dst: Path, opts: QuantizeOptions, excluded: list[str]) -> None:

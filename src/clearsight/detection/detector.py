@@ -129,13 +129,27 @@ class Detector:
         ref: str = DEFAULT_DETECT_MODEL,
         device: str | torch.device = "cpu",
         backend: str = "torch",
+        precision: str = "fp32",
     ) -> Detector:
         """A detector from an artifact path, a bundled model name or an exported .onnx file.
         `backend="onnxruntime"`: a PyTorch detector is exported to ONNX in memory (decoded
-        layout, parity-checked) and run by ONNX Runtime on the CPU, as restore's --backend."""
+        layout, parity-checked) and run by ONNX Runtime on the CPU, as restore's --backend.
+        `precision="int8"`: `REF.int8.onnx` (`compress quantize`) on ONNX Runtime, as
+        restore's --precision."""
         from clearsight.engine.ort_backend import check_backend
-        from clearsight.zoo import resolve_model
+        from clearsight.errors import OptionError
+        from clearsight.zoo import PRECISIONS, find_int8, resolve_model
 
+        if precision not in PRECISIONS:
+            raise OptionError(
+                "precision", f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}"
+            )
+        if precision == "int8":
+            if str(device) != "cpu":
+                raise OptionError(
+                    "precision", f"int8 runs with ONNX Runtime on the CPU; got --device {device}"
+                )
+            return cls(resolve_model(str(find_int8(ref))), device=device)
         loaded = resolve_model(ref, device=device)
         if check_backend(backend) != "torch":
             from clearsight.export.onnx import to_onnxruntime
