@@ -240,10 +240,11 @@ class ToneHead(nn.Module):
 
     Demoiréing targets differ from their inputs by a global tone change as well as by the
     moiré (docs/architecture.md §5.1); this branch gives that change its own few parameters
-    instead of leaving it to the convolutions. It reads only the five global vectors, which are already
-    whole-image statistics and shared by every tile (`MBCNN.shared_global_vectors`, the ONNX
-    statistics graph), so tiles of one image get one matrix. The last layer is zero at
-    initialisation: M = I and b = 0 exactly, so the output is the plain model's, bit for bit.
+    instead of leaving it to the convolutions. It reads only the five global vectors, which
+    are already whole-image statistics and shared by every tile
+    (`MBCNN.shared_global_vectors`, the ONNX statistics graph), so tiles of one image get one
+    matrix. The last layer is zero at initialisation: M = I and b = 0 exactly, so the output
+    is the plain model's, bit for bit.
     """
 
     def __init__(self, in_features: int, hidden: int) -> None:
