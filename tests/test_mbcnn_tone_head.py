@@ -6,15 +6,22 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from clearsight.artifact import LoadedModel, load_artifact, make_config, save_artifact
-from clearsight.engine.trainer import _init_from
+from clearsight.data.pairs import find_pairs
+from clearsight.engine.inference import Restorer
+from clearsight.engine.trainer import _init_from, train
 from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
+from clearsight.io import read_image
+from clearsight.metrics import psnr
+from clearsight.metrics.tone import mean_level_shift, tone_fitted
 from clearsight.models.mbcnn import MBCNN, MBCNNConfigError
 from clearsight.models.registry import build_model, count_parameters
+from tests.train_utils import make_pairs, tiny_config
 
 KW = {"n_filters": 4}
 
@@ -119,3 +126,26 @@ def test_exports_to_onnx_with_shared_statistics():
     lm = LoadedModel(model, make_config(model, "mbcnn", model.config()), "lively-tone")
     _, parity = export_onnx_bytes(lm, parity_sizes=PARITY_SIZES_QUICK)
     assert parity.shared_stats_diff is not None and parity.shared_stats_diff <= 1e-4
+
+
+def test_training_validation_logs_the_tone_figures_tone_gap_prints(tmp_path):
+    """`val.tone`: tone_psnr and tone_shift, as benchmarks/tone_gap.py computes them."""
+    data = make_pairs(tmp_path / "pairs")
+    cfg = tiny_config(
+        data,
+        model={"arch": "mbcnn", "args": {"n_filters": 2, "tone_head": True}},
+        loss={"name": "mbcnn"},
+        train={"steps": 2, "val_every": 2},
+        val={"tone": True},
+    )
+    res = train(cfg, tmp_path / "run", progress=False)
+    model = load_artifact(tmp_path / "run" / "last")
+    assert model.config.arch_args == {"n_filters": 2, "tone_head": True}
+    rows = []
+    for pair in find_pairs(data)[:2]:
+        inp, tgt = read_image(pair.input), read_image(pair.target)
+        out = Restorer(model).restore_image(inp)
+        rows.append((psnr(np.rint(tone_fitted(out, tgt)), tgt), mean_level_shift(tgt, out)))
+    want = np.mean(rows, axis=0)
+    assert res.val_metrics["tone_psnr"] == pytest.approx(want[0], abs=1e-6)
+    assert res.val_metrics["tone_shift"] == pytest.approx(want[1], abs=1e-6)
