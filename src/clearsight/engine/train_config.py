@@ -148,6 +148,10 @@ class ValConfig:
     preset: str | None = None  # None: the architecture's preset
     max_images: int = 0  # 0: all
     crop_border: int | None = None
+    # restoration: also log RGB PSNR after the oracle per-channel tone fit (`tone_psnr`) and
+    # the output's mean level minus the target's (`tone_shift`, 0-255), as
+    # benchmarks/tone_gap.py measures them: how much of the error is global tone
+    tone: bool = False
 
 
 @dataclass

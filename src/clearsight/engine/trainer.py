@@ -73,7 +73,10 @@ from clearsight.engine.train_config import (
 from clearsight.errors import ClearsightError
 from clearsight.io import tensor_to_image
 from clearsight.losses import build_loss
+from clearsight.metrics import psnr
 from clearsight.metrics.presets import get_preset
+from clearsight.metrics.tone import mean_level_shift, tone_fitted
+from clearsight.models.contract import RestorationModel
 from clearsight.models.registry import build_model, get_spec
 
 __all__ = [
@@ -350,10 +353,14 @@ def _init_from(model: nn.Module, cfg: TrainConfig) -> ModelConfig:
             apply_widths(model, loaded.config.widths, loaded.config.layer_shapes)
         except WidthsError as exc:
             raise TrainConfigError(f"model.init: {init}: {exc}") from None
-    if list(model.state_dict()) != list(loaded.model.state_dict()):
+    # an optional identity-initialised branch (MBCNN's tone head) may be absent from the
+    # artifact; compare the arguments without the switches that add such branches
+    optional = set(model.init_optional_keys()) if isinstance(model, RestorationModel) else set()
+    theirs = list(loaded.model.state_dict())
+    if [k for k in model.state_dict() if k not in optional or k in theirs] != theirs:
         raise mismatch
     try:
-        model.load_state_dict(loaded.model.state_dict(), strict=True)
+        model.load_state_dict(loaded.model.state_dict(), strict=not optional)
     except RuntimeError as exc:
         raise TrainConfigError(f"model.init: {init} does not fit the model: {exc}") from None
     return loaded.config
@@ -619,7 +626,12 @@ class _Run:
             inp, tgt = self.val_ds[i]
             out = restorer.restore(inp[None])
             target = tensor_to_image(tgt, np.uint8)
-            for k, v in self.preset.compute(tensor_to_image(out, np.uint8), target).items():
+            image = tensor_to_image(out, np.uint8)
+            metrics = self.preset.compute(image, target)
+            if self.cfg.val.tone:
+                metrics["tone_psnr"] = psnr(np.rint(tone_fitted(image, target)), target)
+                metrics["tone_shift"] = mean_level_shift(target, image)
+            for k, v in metrics.items():
                 sums[k] = sums.get(k, 0.0) + min(v, 100.0)  # identical pairs: cap inf PSNR
         # The Restorer moves a model that prefers NHWC to channels-last; training goes on in
         # the run's own layout, or a resumed run (which starts in it) would round differently.

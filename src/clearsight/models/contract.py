@@ -28,6 +28,10 @@ a default, so a model declares only what differs:
   output names; how global pooling sites are shared across ONNX Runtime tiles; the hooks that
   record or replace those sites' statistics (see `export/onnx.py`).
 
+Fine-tuning (restoration): `init_optional_keys()` names the state keys of optional branches
+that start as the identity (MBCNN's tone head), which an initial artifact built without the
+branch may lack (`model.init` in training then leaves them at their own initialisation).
+
 Pruning (both families): `prune_protected()` names the layers whose output width is
 semantic (image channels, the DCT's 64 frequencies, class and box outputs), which a
 structured pruner must keep; None (the default) means the architecture has not declared
@@ -121,6 +125,11 @@ class RestorationModel(nn.Module):
         """Layers whose output channels a structured pruner must keep (the restored image's
         channels and any other semantic width); None: not declared, so not prunable."""
         return None
+
+    def init_optional_keys(self) -> list[str]:
+        """State-dict keys an initial artifact may lack: optional branches initialised to
+        the identity, so loading the rest reproduces the artifact's output exactly."""
+        return []
 
     def prune_tracing(self) -> contextlib.AbstractContextManager[None]:
         """While active, `forward` calls every layer as a module (for a dependency tracer)."""

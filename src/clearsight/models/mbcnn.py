@@ -11,7 +11,11 @@ Faithful to the structure of the official (Keras, inference-only) code:
 - a *global (tone) block* pools a stride-2 conv (`4n`) over the whole image, runs it through
   dense layers `16n-8n-4n` and multiplies a 1x1 conv branch by the result;
 - a *pos block* is the dense stack followed by a 1x1 conv+ReLU to `2n`;
-- outputs at 1/4, 1/2 and full resolution come from a 3x3 conv to 12 channels + depth-to-space.
+- outputs at 1/4, 1/2 and full resolution come from a 3x3 conv to 12 channels + depth-to-space;
+- optional (`tone_head=True`, not in the paper): a global colour/tone branch, `ToneHead`, maps
+  the five global vectors to one 3x3 colour matrix and bias per image, applied to every output.
+  Its last layer starts at zero, so the matrix starts as the identity and the bias as zero:
+  weights of a model without the head load into one with it and give the very same output.
 
 Space-to-depth and depth-to-space use TensorFlow's channel order (block offset major, colour
 minor), so the official weights map onto this module one to one.
@@ -217,11 +221,56 @@ class GlobalBlock(nn.Module):
         """The [N, 4n] gate computed from this input's own global average."""
         return self.mlp(self.down(x).mean(dim=(2, 3)))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, sink: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """The gated features; the vector used is also appended to `sink` (the tone head's
+        input) when one is given."""
         v = self.shared if self.shared is not None else self.vector(x)
         if self.record is not None:
             self.record.append(v)
+        if sink is not None:
+            sink.append(v)
         return self.proj(self.branch(x) * v[:, :, None, None])
+
+
+TONE_PARAMS = 12  # a 3x3 colour matrix and a 3-vector bias
+
+
+class ToneHead(nn.Module):
+    """Global colour/tone branch: one 3x3 colour matrix M and bias b per image, y -> M y + b.
+
+    Demoiréing targets differ from their inputs by a global tone change as well as by the
+    moiré (docs/architecture.md §5.1); this branch gives that change its own few parameters
+    instead of leaving it to the convolutions. It reads only the five global vectors, which
+    are already whole-image statistics and shared by every tile
+    (`MBCNN.shared_global_vectors`, the ONNX statistics graph), so tiles of one image get one
+    matrix. The last layer is zero at initialisation: M = I and b = 0 exactly, so the output
+    is the plain model's, bit for bit.
+    """
+
+    def __init__(self, in_features: int, hidden: int) -> None:
+        super().__init__()
+        self.mlp = nn.Sequential(
+            nn.Linear(in_features, hidden), nn.ReLU(True), nn.Linear(hidden, TONE_PARAMS)
+        )
+        nn.init.zeros_(self.mlp[-1].weight)
+        nn.init.zeros_(self.mlp[-1].bias)
+
+    def params(self, vectors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """([N, 3, 3] matrix, [N, 3] bias) from the global vectors."""
+        p = self.mlp(torch.cat(list(vectors), dim=1))
+        eye = torch.eye(3, dtype=p.dtype, device=p.device)
+        return p[:, :9].reshape(-1, 3, 3) + eye, p[:, 9:]
+
+    def forward(
+        self, vectors: Sequence[torch.Tensor], images: Sequence[torch.Tensor]
+    ) -> list[torch.Tensor]:
+        m, b = self.params(vectors)
+        # (M y)_i = sum_j M_ij y_j as three broadcast products: exact for M = I (1*y + 0*y'),
+        # and plain Mul/Add ops in an exported graph
+        return [
+            sum(m[:, :, j, None, None] * y[:, j : j + 1] for j in range(3)) + b[:, :, None, None]
+            for y in images
+        ]
 
 
 class MBCNN(RestorationModel):
@@ -236,10 +285,12 @@ class MBCNN(RestorationModel):
     # noisy, never slower).
     prefers_channels_last = True
 
-    def __init__(self, *, n_filters: int = 64) -> None:
+    def __init__(self, *, n_filters: int = 64, tone_head: bool = False) -> None:
         super().__init__()
         if not isinstance(n_filters, int) or isinstance(n_filters, bool) or n_filters < 1:
             raise MBCNNConfigError(f"MBCNN n_filters must be an int >= 1, got {n_filters!r}")
+        if not isinstance(tone_head, bool):
+            raise MBCNNConfigError(f"MBCNN tone_head must be true or false, got {tone_head!r}")
         n = self.n_filters = n_filters
         c = 2 * n
         # encoder
@@ -267,10 +318,16 @@ class MBCNN(RestorationModel):
         self.t1_global2 = GlobalBlock(n)
         self.t1_pos = PosBlock(n, DILATIONS_A)
         self.t1_out = _conv(c, 12, 3)
+        # optional global colour/tone branch on the five 4n-wide global vectors
+        self.tone = ToneHead(5 * 4 * n, 4 * n) if tone_head else None
 
     def config(self) -> dict[str, Any]:
-        """The constructor arguments (what an artifact stores)."""
-        return {"n_filters": self.n_filters}
+        """The constructor arguments (what an artifact stores); `tone_head` only when on, so
+        artifacts without the branch keep their stored arguments."""
+        cfg: dict[str, Any] = {"n_filters": self.n_filters}
+        if self.tone is not None:
+            cfg["tone_head"] = True
+        return cfg
 
     def global_blocks(self) -> list[GlobalBlock]:
         """The five global blocks in execution order."""
@@ -290,18 +347,23 @@ class MBCNN(RestorationModel):
                 f"MBCNN.forward needs H and W divisible by {PAD_MULTIPLE}, got {h}x{w} "
                 "(use restore(), which pads)"
             )
+        vs: list[torch.Tensor] | None = [] if self.tone is not None else None
         t1 = self.t1_pre(self.t1_in(space_to_depth(x)))
         t2 = self.t2_pre(self.t2_down(t1))
         t3 = self.t3_pre(self.t3_down(t2))
-        t3 = self.t3_pos(self.t3_global(t3))
+        t3 = self.t3_pos(self.t3_global(t3, vs))
         out4 = depth_to_space(self.t3_out(t3))
         u2 = self.t2_fuse(torch.cat([out4, t2], dim=1))
-        u2 = self.t2_global2(self.t2_dec_pre(self.t2_global1(u2)))
+        u2 = self.t2_global2(self.t2_dec_pre(self.t2_global1(u2, vs)), vs)
         out2 = depth_to_space(self.t2_out(self.t2_pos(u2)))
         u1 = self.t1_fuse(torch.cat([t1, out2], dim=1))
-        u1 = self.t1_global2(self.t1_dec_pre(self.t1_global1(u1)))
+        u1 = self.t1_global2(self.t1_dec_pre(self.t1_global1(u1, vs)), vs)
         out1 = depth_to_space(self.t1_out(self.t1_pos(u1)))
-        return [out4, out2, out1]
+        if self.tone is None or vs is None:
+            return [out4, out2, out1]
+        # the coarse outputs feed the finer scales untoned (as without the head); the tone
+        # is applied last, to what training supervises and inference returns
+        return self.tone(vs, [out4, out2, out1])
 
     # -- inference --------------------------------------------------------------------------
     @torch.no_grad()
@@ -387,7 +449,16 @@ class MBCNN(RestorationModel):
         """The three output convs (12 channels: 3 colours x the 2x2 depth-to-space) and each
         pre block's conv into the bandpass (64 channels: the 8x8 DCT's frequencies)."""
         outs: list[nn.Module] = [self.t3_out, self.t2_out, self.t1_out]
+        if self.tone is not None:  # its 12 outputs are the colour matrix and bias
+            outs.append(self.tone.mlp[-1])
         return outs + [m.to_freq for m in self.modules() if isinstance(m, PreBlock)]
+
+    def init_optional_keys(self) -> list[str]:
+        """The tone head's weights: it starts as the identity, so a model trained without it
+        (e.g. default-demoire) initialises one with it and gives the same output."""
+        if self.tone is None:
+            return []
+        return [f"tone.{k}" for k in self.tone.state_dict()]
 
     def export_graph(self) -> tuple[nn.Module, list[str]]:
         """The forward on a padded input, the full-resolution output first."""
@@ -444,8 +515,8 @@ class _MbcnnGraph(nn.Module):
         return full, quarter, half
 
 
-def _mbcnn(n_filters: int) -> MBCNN:
-    return MBCNN(n_filters=n_filters)
+def _mbcnn(n_filters: int, tone_head: bool) -> MBCNN:
+    return MBCNN(n_filters=n_filters, tone_head=tone_head)
 
 
 @register_model(
@@ -456,9 +527,9 @@ def _mbcnn(n_filters: int) -> MBCNN:
     reference_params=14_192_041,
     arg_bounds={"n_filters": (1, 256)},
 )
-def mbcnn(*, n_filters: int = 64) -> MBCNN:
-    """MBCNN as published (nFilters 64)."""
-    return _mbcnn(n_filters)
+def mbcnn(*, n_filters: int = 64, tone_head: bool = False) -> MBCNN:
+    """MBCNN as published (nFilters 64); `tone_head` adds the global colour/tone branch."""
+    return _mbcnn(n_filters, tone_head)
 
 
 @register_model(
@@ -469,6 +540,6 @@ def mbcnn(*, n_filters: int = 64) -> MBCNN:
     reference_params=3_899_433,
     arg_bounds={"n_filters": (1, 256)},
 )
-def mbcnn_light(*, n_filters: int = 32) -> MBCNN:
-    """MBCNN with half the width (the official "light" setting)."""
-    return _mbcnn(n_filters)
+def mbcnn_light(*, n_filters: int = 32, tone_head: bool = False) -> MBCNN:
+    """MBCNN with half the width (the official "light" setting); `tone_head` as for mbcnn."""
+    return _mbcnn(n_filters, tone_head)
