@@ -247,7 +247,7 @@ def write_table(results: dict[int, dict[str, float]], loads: list[float], thread
         "note": "Median seconds through the Restorer's defaults (fp32), measured side by side "
         "by the command below; `--backend auto` picks the faster backend per architecture "
         "and nearest size. Another CPU may rank them differently: rerun the command there.",
-        "command": "python benchmarks/restore_speed.py --write-table",
+        "command": " ".join(["python", "benchmarks/restore_speed.py", *sys.argv[1:]]),
         "cpu": _cpu(),
         "threads": threads,
         "torch": torch.__version__,
