@@ -74,6 +74,36 @@ def ort_conv_session(cin: int, cout: int, dilation: int, threads: int) -> Any:
     return make_session(model.SerializeToString(), threads)
 
 
+def kernel_rates(size: int, runs: int, threads: int) -> list[tuple[str, float]]:
+    """(kernel, GFLOP/s) for the matrix multiplies and the models' convolutions at `size`
+    squared, in PyTorch and ONNX Runtime: the best of them is the fp32 rate the floor uses
+    (also imported by `restore_speed.py`, which prints the floor beside its timings)."""
+    kernels: list[tuple[str, float]] = []  # (name, GFLOP/s)
+    for n in (2048, 4096):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        t, _ = median_time(partial(torch.mm, a, b), runs)
+        kernels.append((f"matmul {n}", 2 * n**3 / t / 1e9))
+    s = size
+    for cin, cout, dil in ((24, 72, 1), (24, 72, 4), (64, 64, 1)):
+        flop = 2 * cin * cout * 9 * s * s
+        x = torch.randn(1, cin, s, s).to(memory_format=torch.channels_last)
+        w = torch.randn(cout, cin, 3, 3).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            t, _ = median_time(partial(F.conv2d, x, w, padding=dil, dilation=dil), runs)
+        kernels.append((f"conv {cin}->{cout} d{dil} torch", flop / t / 1e9))
+        sess = ort_conv_session(cin, cout, dil, threads)
+        xn = np.random.default_rng(0).standard_normal((1, cin, s, s)).astype(np.float32)
+        t, _ = median_time(partial(sess.run, None, {"x": xn}), runs)
+        kernels.append((f"conv {cin}->{cout} d{dil} onnxruntime", flop / t / 1e9))
+    return kernels
+
+
+def floor_seconds(arch: str, size: int, gflops: float) -> tuple[float, float]:
+    """(MACs, seconds) of `arch` at `size` squared with every MAC at `gflops` (1 MAC = 2 FLOP)."""
+    macs = count_macs(build_model(arch).eval(), 256, 256).per_pixel * size * size
+    return macs, 2 * macs / (gflops * 1e9)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=int, default=1024)
@@ -84,23 +114,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"threads {args.threads}, ISA: {isa_flags()}, load {os.getloadavg()[0]:.2f}")
 
-    kernels: list[tuple[str, float]] = []  # (name, GFLOP/s)
-    for n in (2048, 4096):
-        a, b = torch.randn(n, n), torch.randn(n, n)
-        t, _ = median_time(partial(torch.mm, a, b), args.runs)
-        kernels.append((f"matmul {n}", 2 * n**3 / t / 1e9))
     s = args.size
-    for cin, cout, dil in ((24, 72, 1), (24, 72, 4), (64, 64, 1)):
-        flop = 2 * cin * cout * 9 * s * s
-        x = torch.randn(1, cin, s, s).to(memory_format=torch.channels_last)
-        w = torch.randn(cout, cin, 3, 3).to(memory_format=torch.channels_last)
-        with torch.no_grad():
-            t, _ = median_time(partial(F.conv2d, x, w, padding=dil, dilation=dil), args.runs)
-        kernels.append((f"conv {cin}->{cout} d{dil} torch", flop / t / 1e9))
-        sess = ort_conv_session(cin, cout, dil, args.threads)
-        xn = np.random.default_rng(0).standard_normal((1, cin, s, s)).astype(np.float32)
-        t, _ = median_time(partial(sess.run, None, {"x": xn}), args.runs)
-        kernels.append((f"conv {cin}->{cout} d{dil} onnxruntime", flop / t / 1e9))
+    kernels = kernel_rates(s, args.runs, args.threads)
     best = max(g for _, g in kernels)
     print_table(
         f"fp32 kernel throughput ({s}x{s} for convolutions; median of {args.runs})",
@@ -110,8 +125,7 @@ def main() -> None:
 
     rows, floors = [], {}
     for arch in ("rescan", "mbcnn-light", "mbcnn"):
-        macs = count_macs(build_model(arch).eval(), 256, 256).per_pixel * s * s
-        at_best = 2 * macs / (best * 1e9)
+        macs, at_best = floor_seconds(arch, s, best)
         at_quoted = 2 * macs / (QUOTED_PEAK_GFLOPS * 1e9)
         floors[arch] = {"macs": macs, "floor_s": at_best, "quoted_floor_s": at_quoted}
         rows.append([

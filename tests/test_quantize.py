@@ -75,7 +75,14 @@ def test_int8_keeps_the_fp32_metadata_and_adds_its_precision(tiny_rescan_int8):
     for key in (CONFIG_KEY, PREPROCESS_KEY):
         assert json.loads(int8[key]) == json.loads(fp32[key])
     info32, info8 = json.loads(fp32[EXPORT_KEY]), json.loads(int8[EXPORT_KEY])
-    assert {k: v for k, v in info8.items() if k not in ("precision", "quantization")} == info32
+    own = ("precision", "quantization", "shared_stats")
+    assert {k: v for k, v in info8.items() if k not in own} == {
+        k: v for k, v in info32.items() if k != "shared_stats"
+    }
+    # int8 RESCAN runs untiled up to 1 MP (faster, and exact), the rest of its tiling as fp32
+    stats32, stats8 = info32["shared_stats"], info8["shared_stats"]
+    assert stats8 == {**stats32, "max_untiled_pixels": 1024 * 1024}
+    assert load_onnx(result.data).model.tiling.max_untiled_pixels == 1024 * 1024
     assert info8["precision"] == int8[PRECISION_KEY] == "int8"
     assert info8["quantization"]["calibration_images"] == 3
     ops = {n.op_type for n in onnx.load_from_string(result.data).graph.node}

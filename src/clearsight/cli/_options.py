@@ -28,6 +28,15 @@ BackendOpt = Annotated[
     str,
     typer.Option("--backend", help="torch, or onnxruntime (exports the model to ONNX first)."),
 ]
+RestoreBackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="auto (the default): per image size, the backend benchmarks/restore_speed.py "
+        "measured faster for the model's architecture (torch where nothing was measured); "
+        "torch; or onnxruntime (exports the model to ONNX first).",
+    ),
+]
 PrecisionOpt = Annotated[
     str,
     typer.Option(

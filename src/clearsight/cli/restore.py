@@ -18,7 +18,6 @@ from clearsight.cli._app import (
 )
 from clearsight.cli._options import (
     AddressOpt,
-    BackendOpt,
     BatchSizeOpt,
     DeviceOpt,
     EngineOpt,
@@ -26,6 +25,7 @@ from clearsight.cli._options import (
     MaxPixOpt,
     ModelOpt,
     PrecisionOpt,
+    RestoreBackendOpt,
     ScalesOpt,
     SkipExistingOpt,
     StagesOpt,
@@ -195,11 +195,19 @@ def restore_with_progress(
                 tiles[src] = bar.add_task(f"  {src.name}", total=None)
             bar.update(tiles[src], completed=done, total=total)  # type: ignore[arg-type]
 
+        reasons: set[str] = set()
+
         def on_file(r: RestoredFile) -> None:
             if r.source in tiles:
                 bar.remove_task(tiles.pop(r.source))  # type: ignore[arg-type]
             bar.advance(files)
             note = _stages_note(r)
+            choice = restorer.last_backend  # set by --backend auto only
+            if choice is not None:
+                note += f", {choice.backend}"
+                if choice.reason not in reasons:  # each distinct choice once, when made
+                    reasons.add(choice.reason)
+                    err_console.print(f"backend auto: {choice.reason}", highlight=False)
             err_console.print(
                 f"{r.source} -> {r.output}  ({r.latency_ms:.0f} ms{note})", highlight=False
             )
@@ -263,7 +271,7 @@ def restore_cmd(
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
     precision: PrecisionOpt = "fp32",
-    backend: BackendOpt = "torch",
+    backend: RestoreBackendOpt = "auto",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
     skip_existing: SkipExistingOpt = None,
@@ -343,6 +351,7 @@ def derain_cmd(
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
     precision: PrecisionOpt = "fp32",
+    backend: RestoreBackendOpt = "auto",
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
     skip_existing: SkipExistingOpt = None,
@@ -368,6 +377,7 @@ def derain_cmd(
             tile=tile,
             ensemble=tta,
             device=device,
+            backend=backend,
             stages=stages,
             stage_threshold=stage_threshold,
             precision=precision,
@@ -378,6 +388,7 @@ def derain_cmd(
         tile=tile,
         tta=tta,
         device=device,
+        backend=backend,
         stages=stages,
         stage_threshold=stage_threshold,
         precision=precision,
@@ -410,6 +421,7 @@ def demoire_cmd(
     max_pixels: MaxPixOpt = None,
     device: DeviceOpt = "cpu",
     precision: PrecisionOpt = "fp32",
+    backend: RestoreBackendOpt = "auto",
     skip_existing: SkipExistingOpt = None,
     fail_fast: FailFastOpt = False,
     engine: EngineOpt = "local",
@@ -434,11 +446,18 @@ def demoire_cmd(
             ensemble=tta,
             scales=parse_scales(scales),
             device=device,
+            backend=backend,
             precision=precision,
         )
         return
     restorer = make_restorer(
-        DEFAULT_DEMOIRE, tile=tile, tta=tta, device=device, scales=scales, precision=precision
+        DEFAULT_DEMOIRE,
+        tile=tile,
+        tta=tta,
+        device=device,
+        scales=scales,
+        backend=backend,
+        precision=precision,
     )
     run = restore_with_progress(
         restorer,

@@ -11,10 +11,11 @@ Multi-stage models (RESCAN: `supports_stages`) can run fewer stages: a fixed num
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -28,6 +29,7 @@ from clearsight.defaults import (
     DEFAULT_TILE,
     MIN_TILE,
 )
+from clearsight.engine.backend_table import BackendChoice
 from clearsight.engine.ort_backend import BACKENDS
 from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
@@ -36,7 +38,10 @@ from clearsight.preprocess import pad_to_multiple, resize_antialiased
 from clearsight.tiling import Progress, tiled_apply
 from clearsight.zoo import PRECISIONS
 
+_log = logging.getLogger(__name__)
 Ensemble = Literal["none", "flip", "x8"]
+AUTO = "auto"
+BACKEND_OPTIONS = (AUTO, *BACKENDS)
 
 
 @dataclass(frozen=True)
@@ -62,7 +67,10 @@ class InferenceOptions:
     """For "auto": mean absolute change of the restored image, in [0,1] image units, between
     two stages below which an image stops (>= 0; 0 never stops early)."""
     backend: str = "torch"
-    """torch, or onnxruntime (`Restorer.from_pretrained` exports the model to ONNX first)."""
+    """torch, onnxruntime (`Restorer.from_pretrained` exports the model to ONNX first), or
+    auto: per image size, the backend `benchmarks/restore_speed.py` measured faster for the
+    model's architecture (`engine/backend_table.py`; torch where nothing was measured, for
+    stages other than all, and off the CPU)."""
     precision: str = "fp32"
     """fp32, or int8: `from_pretrained` runs the model's int8 ONNX file (`zoo.find_int8`:
     `x.int8.onnx` beside it, made by `clearsight compress quantize`) with ONNX Runtime,
@@ -85,9 +93,10 @@ class InferenceOptions:
         stages = parse_stages(self.stages)
         object.__setattr__(self, "stages", stages)
         object.__setattr__(self, "stage_threshold", check_stage_threshold(self.stage_threshold))
-        if self.backend not in BACKENDS:
+        if self.backend not in BACKEND_OPTIONS:
             raise OptionError(
-                "backend", f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}"
+                "backend",
+                f"unknown backend {self.backend!r}; known: {', '.join(BACKEND_OPTIONS)}",
             )
         if self.precision not in PRECISIONS:
             raise OptionError(
@@ -98,7 +107,7 @@ class InferenceOptions:
             raise OptionError(
                 "precision", f"int8 runs with ONNX Runtime on the CPU; got --device {self.device}"
             )
-        if (self.backend != "torch" or self.precision != "fp32") and stages != "all":
+        if (self.backend == "onnxruntime" or self.precision != "fp32") and stages != "all":
             raise OptionError(
                 "stages",
                 f"{stages} needs --backend torch and fp32 (an exported graph runs all stages)",
@@ -113,7 +122,7 @@ def load_for_options(ref: str, opts: InferenceOptions) -> LoadedModel:
     if opts.precision == "int8":
         return resolve_model(str(find_int8(ref)))
     loaded = resolve_model(ref, device=opts.device)
-    if opts.backend != "torch":
+    if opts.backend == "onnxruntime":
         from clearsight.export.onnx import to_onnxruntime
 
         loaded = to_onnxruntime(loaded, opts.device)
@@ -284,6 +293,9 @@ class Restorer:
         """Stages each image of the last `restore` used (batch order), for a multi-stage
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
+        self._ort_delegate: Restorer | None = None
+        self.last_backend: BackendChoice | None = None
+        """What `backend="auto"` ran the last `restore` with, and why; None otherwise."""
 
     @classmethod
     def from_pretrained(cls, ref: str, **options: Any) -> Restorer:
@@ -408,12 +420,53 @@ class Restorer:
             self._padded_forward, x, tile=tile, halo=halo, blend=blend, progress=progress
         )
 
+    # -- backend auto -------------------------------------------------------------------
+    def _auto_choice(self, height: int, width: int) -> BackendChoice:
+        """The backend for an image of this size: fixed where only one can run it, else
+        the one measured faster (`engine/backend_table.py`)."""
+        from clearsight.engine.backend_table import choose_backend
+        from clearsight.engine.ort_backend import OrtModel
+
+        if isinstance(self.model, OrtModel):
+            return BackendChoice("onnxruntime", "onnxruntime: the model is an ONNX graph")
+        if torch.device(self.options.device).type != "cpu":
+            return BackendChoice(
+                "torch", f"torch: onnxruntime runs on the CPU, not {self.options.device}"
+            )
+        if self.options.stages != "all":
+            return BackendChoice("torch", "torch: stages other than all run on torch only")
+        return choose_backend(self.loaded.config.architecture, height, width)
+
+    def _auto_delegate(self, height: int, width: int) -> Restorer | None:
+        """With backend auto: the ONNX Runtime Restorer (exported on first use) when it is
+        the faster backend at this size, else None (this torch model runs it)."""
+        choice = self._auto_choice(height, width)
+        if choice != self.last_backend:
+            _log.info("backend auto: %s", choice.reason)
+        self.last_backend = choice
+        from clearsight.engine.ort_backend import OrtModel
+
+        if choice.backend != "onnxruntime" or isinstance(self.model, OrtModel):
+            return None
+        if self._ort_delegate is None:
+            from clearsight.export.onnx import to_onnxruntime
+
+            opts = replace(self.options, backend="onnxruntime")
+            self._ort_delegate = Restorer(to_onnxruntime(self.loaded, opts.device), opts)
+        return self._ort_delegate
+
     # -- public -------------------------------------------------------------------------
     @torch.inference_mode()
     def restore(self, rgb01: torch.Tensor, progress: Progress | None = None) -> torch.Tensor:
         """Restore [B,3,H,W] RGB in [0,1]; returns the same shape, clamped to [0,1]."""
         if rgb01.ndim != 4 or rgb01.shape[1] != 3:
             raise ValueError(f"expected a [B,3,H,W] tensor, got shape {tuple(rgb01.shape)}")
+        if self.options.backend == AUTO:
+            delegate = self._auto_delegate(int(rgb01.shape[-2]), int(rgb01.shape[-1]))
+            if delegate is not None:
+                y = delegate.restore(rgb01, progress)
+                self.last_stages_used = delegate.last_stages_used
+                return y
         x = self.spec.to_model(rgb01.to(self.options.device, torch.float32))
         self._stage_calls = []
         views = ENSEMBLE_VIEWS[self.options.ensemble]

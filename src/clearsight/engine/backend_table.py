@@ -1,0 +1,95 @@
+"""`--backend auto`: the backend measured faster for an architecture at an image size.
+
+`benchmarks/restore_speed.py --write-table` times each bundled architecture with PyTorch and
+with ONNX Runtime (fp32, through the same `Restorer` as `restore`, side by side in one run)
+and writes the medians to `assets/backend_table.json`, with the CPU, library versions and
+load average they came from. `choose_backend` reads that table: the entry for the model's
+architecture whose measured size is nearest the image's (by pixel count, on a log scale),
+and the faster backend there. Nothing measured for the architecture, or onnxruntime not
+importable, means torch: the backend every model has.
+
+The table describes the machine it was measured on; on another CPU the ratio may differ.
+`--write-table` on the machine at hand re-measures it (docs/architecture.md §5.4).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TABLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "backend_table.json"
+FALLBACK = "torch"
+
+
+@dataclass(frozen=True)
+class BackendChoice:
+    """What `auto` picked and why (one line, for the log and the command line)."""
+
+    backend: str
+    reason: str
+
+
+def load_table(path: str | Path | None = None) -> dict[str, Any]:
+    """The shipped table (or the one at `path`); an empty table when the file is missing
+    or unreadable, so `auto` falls back to torch instead of failing."""
+    p = Path(path) if path is not None else TABLE_PATH
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def ort_available() -> bool:
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def _entries(table: Mapping[str, Any], architecture: str) -> list[tuple[int, dict[str, float]]]:
+    """(side, {backend: seconds}) for every square size measured for `architecture`."""
+    sizes = table.get("architectures", {}).get(architecture, {})
+    out = []
+    for side, seconds in sizes.items() if isinstance(sizes, dict) else ():
+        try:
+            times = {str(b): float(s) for b, s in seconds.items() if float(s) > 0}
+            out.append((int(side), times))
+        except (AttributeError, TypeError, ValueError):
+            continue  # a malformed entry is skipped, not fatal
+    return [(side, t) for side, t in out if side > 0 and len(t) >= 2]
+
+
+def choose_backend(
+    architecture: str,
+    height: int,
+    width: int,
+    *,
+    table: Mapping[str, Any] | None = None,
+    onnxruntime: bool | None = None,
+) -> BackendChoice:
+    """The backend to run `architecture` on an image of `height` x `width` pixels.
+
+    `table` defaults to the shipped one (`load_table`); `onnxruntime` to whether it is
+    importable. The nearest measured size wins (log of the pixel count, so 700x700 sits
+    between 512 and 1024 as a ratio does); ties go to the smaller size.
+    """
+    tab = load_table() if table is None else table
+    entries = _entries(tab, architecture)
+    if not entries:
+        return BackendChoice(FALLBACK, f"torch: nothing measured for {architecture}")
+    pixels = max(1, height * width)
+    side, times = min(entries, key=lambda e: (abs(math.log(e[0] ** 2 / pixels)), e[0]))
+    fastest = min(times, key=lambda b: times[b])
+    cpu = tab.get("cpu", "an unnamed CPU")
+    if fastest == "onnxruntime" and not (ort_available() if onnxruntime is None else onnxruntime):
+        return BackendChoice(FALLBACK, "torch: onnxruntime is not installed")
+    others = [times[b] for b in times if b != fastest]
+    ratio = min(others) / times[fastest] if others else 1.0
+    return BackendChoice(
+        fastest,
+        f"{fastest}: {ratio:.2f}x faster than the next backend for {architecture} at "
+        f"{side}x{side} (nearest measured to {height}x{width}) on {cpu}",
+    )

@@ -1,0 +1,122 @@
+"""`--backend auto`: the faster measured backend per architecture and size, torch otherwise."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from clearsight.artifact import LoadedModel, make_config
+from clearsight.cli import app
+from clearsight.engine import backend_table
+from clearsight.engine.backend_table import choose_backend, load_table
+from clearsight.engine.inference import InferenceOptions, Restorer
+from clearsight.models.registry import build_model
+from tests.conftest import REPO_ROOT
+
+TABLE = {
+    "cpu": "test CPU",
+    "architectures": {
+        "rescan": {
+            "512": {"torch": 1.0, "onnxruntime": 2.0},
+            "1024": {"torch": 6.0, "onnxruntime": 3.0},
+        },
+        "broken": {"512": "not a mapping", "x": {"torch": 1.0, "onnxruntime": 2.0}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("h", "w", "backend"),
+    [
+        (512, 512, "torch"),
+        (1024, 1024, "onnxruntime"),
+        (700, 700, "torch"),
+        (800, 900, "onnxruntime"),
+        (4000, 3000, "onnxruntime"),
+        (16, 16, "torch"),
+    ],
+)
+def test_nearest_measured_size_decides(h, w, backend):
+    # 700x700 is nearer 512 on a log scale (0.49 MP against 0.26 and 1.05); 800x900 nearer 1024
+    choice = choose_backend("rescan", h, w, table=TABLE, onnxruntime=True)
+    assert choice.backend == backend
+    assert choice.reason.startswith(backend) and "test CPU" in choice.reason
+
+
+def test_unmeasured_architecture_and_missing_onnxruntime_fall_back_to_torch(tmp_path):
+    assert choose_backend("mbcnn", 1024, 1024, table=TABLE).backend == "torch"
+    assert choose_backend("broken", 512, 512, table=TABLE).backend == "torch"  # nothing usable
+    no_ort = choose_backend("rescan", 1024, 1024, table=TABLE, onnxruntime=False)
+    assert no_ort.backend == "torch" and "not installed" in no_ort.reason
+    assert load_table(tmp_path / "absent.json") == {}
+    (tmp_path / "bad.json").write_text("{not json")
+    assert load_table(tmp_path / "bad.json") == {}
+    assert choose_backend("rescan", 1024, 1024, table={}).backend == "torch"
+
+
+def test_shipped_table_names_its_cpu_and_command():
+    table = load_table()
+    assert table, "src/clearsight/assets/backend_table.json is missing or unreadable"
+    assert table["cpu"] and "restore_speed.py" in table["command"]
+    assert "--write-table" in table["command"]
+    for arch, sizes in table["architectures"].items():
+        for side, times in sizes.items():
+            assert int(side) > 0 and set(times) == {"torch", "onnxruntime"}, (arch, side)
+
+
+def _tiny_rescan() -> LoadedModel:
+    kw = {"channels": 4, "stages": 2}
+    torch.manual_seed(0)
+    model = build_model("rescan", **kw).eval()
+    return LoadedModel(model, make_config(model, "rescan", kw, name="tiny"), "tiny-rescan")
+
+
+def test_restorer_auto_runs_the_faster_backend_and_says_so(tmp_path, monkeypatch):
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(TABLE))
+    monkeypatch.setattr(backend_table, "TABLE_PATH", path)
+    x = torch.rand(1, 3, 40, 48, generator=torch.Generator().manual_seed(0))
+    torch_y = Restorer(_tiny_rescan(), InferenceOptions(backend="torch")).restore(x)
+
+    fast = {"architectures": {"rescan": {"64": {"torch": 2.0, "onnxruntime": 1.0}}}}
+    path.write_text(json.dumps(fast))
+    auto = Restorer(_tiny_rescan(), InferenceOptions(backend="auto"))
+    y = auto.restore(x)
+    assert auto.last_backend is not None and auto.last_backend.backend == "onnxruntime"
+    assert type(auto._ort_delegate.model).__name__ == "OrtModel"
+    assert (y - torch_y).abs().max() < 1e-4
+
+    # stages other than all only run on torch, whatever the table says
+    staged = Restorer(_tiny_rescan(), InferenceOptions(backend="auto", stages=1))
+    staged.restore(x)
+    assert staged.last_backend.backend == "torch" and staged._ort_delegate is None
+
+    path.write_text(json.dumps({"architectures": {}}))
+    plain = Restorer(_tiny_rescan(), InferenceOptions(backend="auto"))
+    assert (plain.restore(x) - torch_y).abs().max() == 0
+    assert plain.last_backend.backend == "torch" and plain._ort_delegate is None
+
+
+def test_backend_option_validation():
+    with pytest.raises(Exception, match="auto, torch, onnxruntime"):
+        InferenceOptions(backend="tensorrt")
+    assert InferenceOptions(backend="auto", stages="auto").backend == "auto"
+    assert Restorer(_tiny_rescan()).last_backend is None  # a fixed backend records nothing
+
+
+def test_cli_default_is_auto_and_help_and_readme_say_so():
+    from clearsight.cli import restore as cli_restore
+
+    for cmd in (cli_restore.restore_cmd, cli_restore.derain_cmd, cli_restore.demoire_cmd):
+        default = inspect.signature(cmd).parameters["backend"].default
+        assert default == "auto", cmd.__name__
+    for command in ("restore", "derain", "demoire"):
+        text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
+        assert re.search(r"--backend .*auto \(the default\)", text), command
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "--backend auto" in readme and "restore_speed.py --write-table" in readme
