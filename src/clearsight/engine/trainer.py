@@ -345,8 +345,18 @@ def _init_from(model: nn.Module, cfg: TrainConfig) -> ModelConfig:
         raise mismatch
     # Arguments that change no weight shape (YOLOX-Nano's input_size) would otherwise load
     # and train at the artifact's preprocessing while the model decodes at its own size.
+    # An argument that switches on an optional branch the artifact lacks may differ.
     defaults = get_spec(cfg.model.arch).default_args()
-    if {**defaults, **loaded.config.arch_args} != {**defaults, **cfg.model.args}:
+    restorer = isinstance(model, RestorationModel)
+    switches = set(model.init_optional_args()) if restorer else set()
+    theirs = list(loaded.model.state_dict())
+    if switches and set(model.init_optional_keys()) <= set(theirs):
+        switches = set()  # the artifact has the branch: its switch must match too
+    mine_args = {k: v for k, v in {**defaults, **cfg.model.args}.items() if k not in switches}
+    their_args = {
+        k: v for k, v in {**defaults, **loaded.config.arch_args}.items() if k not in switches
+    }
+    if mine_args != their_args:
         raise mismatch
     if loaded.config.widths:
         try:
@@ -355,8 +365,7 @@ def _init_from(model: nn.Module, cfg: TrainConfig) -> ModelConfig:
             raise TrainConfigError(f"model.init: {init}: {exc}") from None
     # an optional identity-initialised branch (MBCNN's tone head) may be absent from the
     # artifact; compare the arguments without the switches that add such branches
-    optional = set(model.init_optional_keys()) if isinstance(model, RestorationModel) else set()
-    theirs = list(loaded.model.state_dict())
+    optional = set(model.init_optional_keys()) if restorer else set()
     if [k for k in model.state_dict() if k not in optional or k in theirs] != theirs:
         raise mismatch
     try:

@@ -30,7 +30,8 @@ a default, so a model declares only what differs:
 
 Fine-tuning (restoration): `init_optional_keys()` names the state keys of optional branches
 that start as the identity (MBCNN's tone head), which an initial artifact built without the
-branch may lack (`model.init` in training then leaves them at their own initialisation).
+branch may lack (`model.init` in training then leaves them at their own initialisation);
+`init_optional_args()` names the arguments that switch those branches on.
 
 Pruning (both families): `prune_protected()` names the layers whose output width is
 semantic (image channels, the DCT's 64 frequencies, class and box outputs), which a
@@ -129,6 +130,11 @@ class RestorationModel(nn.Module):
     def init_optional_keys(self) -> list[str]:
         """State-dict keys an initial artifact may lack: optional branches initialised to
         the identity, so loading the rest reproduces the artifact's output exactly."""
+        return []
+
+    def init_optional_args(self) -> list[str]:
+        """The constructor arguments that switch such branches on: an initial artifact may
+        differ from the model in these (and only these) when it lacks the branch."""
         return []
 
     def prune_tracing(self) -> contextlib.AbstractContextManager[None]:

@@ -460,6 +460,10 @@ class MBCNN(RestorationModel):
             return []
         return [f"tone.{k}" for k in self.tone.state_dict()]
 
+    def init_optional_args(self) -> list[str]:
+        """`tone_head`: the switch that adds the tone head's weights."""
+        return ["tone_head"] if self.tone is not None else []
+
     def export_graph(self) -> tuple[nn.Module, list[str]]:
         """The forward on a padded input, the full-resolution output first."""
         return _MbcnnGraph(self), ["output", "out_quarter", "out_half"]
