@@ -141,12 +141,25 @@ def _importance(name: str) -> Any:
     tp = _torch_pruning()
 
     if name == "l1":  # each layer's own filters, L1 (Li et al. 2017)
-        return tp.importance.MagnitudeImportance(p=1, group_reduction="first")
+        return root_filter_l1
     if name == "group":  # L2 over every coupled layer of the group (DepGraph)
         return tp.importance.GroupMagnitudeImportance(p=2)
     if name == "taylor":  # |w * dL/dw| over the group, from `_proxy_loss`'s gradients
         return tp.importance.GroupTaylorImportance()
     raise AssertionError(name)  # check_request refused it
+
+
+def root_filter_l1(group: Any) -> torch.Tensor:
+    """The L1 norm of each channel's filter in the group's root layer (the convolution or
+    linear layer whose output channels the group was built from; Li et al. 2017).
+
+    Hand-written because Torch-Pruning's `MagnitudeImportance(p=1, group_reduction="first")`
+    skips a depthwise root (its pruning function is not the plain convolution's) and so
+    ranks those groups, about 40% of YOLOX-Nano's and SSD's, by the first consumer's
+    input-channel weights instead: a channel whose filter is all zeros was then kept while
+    live ones went (tests/test_prune_exact.py)."""
+    root, idxs = group[0].dep.target.module, group[0].idxs
+    return root.weight.detach()[idxs].flatten(1).abs().sum(1)
 
 
 def _example(model: nn.Module, seed: int) -> torch.Tensor:
