@@ -129,6 +129,15 @@ def test_resume_without_checkpoint_is_an_error(tmp_path: Path) -> None:
         train(None, tmp_path, resume=True, progress=False)
 
 
+def test_resuming_a_finished_run_says_how_to_continue(data: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(data, train={"steps": 2, "ckpt_every": 2, "val_every": 2})
+    train(cfg, tmp_path, progress=False)
+    with pytest.raises(ClearsightError, match=r"already reached train.steps \(2\).*train.steps=N"):
+        train(None, tmp_path, resume=True, progress=False)
+    more = tiny_config(data, train={"steps": 3, "ckpt_every": 2, "val_every": 2})
+    assert train(more, tmp_path, resume=True, progress=False).steps == 3
+
+
 def test_losses() -> None:
     torch.manual_seed(0)
     inp, tgt = torch.rand(2, 3, 16, 16), torch.rand(2, 3, 16, 16)

@@ -948,6 +948,12 @@ def train(
         config = config or config_from_dict(start["config"])
     if config is None:
         raise TrainConfigError("no training config given")
+    if start is not None and int(start["step"]) >= config.train.steps:
+        # a train.max_minutes budget cuts train.steps to the step it reached
+        raise TrainConfigError(
+            f"cannot resume {run}: it already reached train.steps ({config.train.steps}) at "
+            f"step {int(start['step'])}; to continue, raise it (--set train.steps=N)"
+        )
     d = _init_dist(config.train.device)
     try:
         if d.main:
