@@ -11,8 +11,8 @@ data that `scripts/prepare_device_data.py` packed into `device_data/`:
      `clearsight train --resume`) on those pairs, fp32 as its config says (`train.amp:
      "off"`, the ConvGRU's setting, see configs/default-derain.yaml);
    - mbcnn-light starts from the shipped `default-demoire` (`model.init`) on the carried
-     moiré crops (`configs/default-demoire.yaml`, bf16 autocast on CUDA, a fresh cosine
-     from `--demoire-lr`).
+     moiré crops (`configs/default-demoire.yaml` with `model.args.tone_head=true`, as the
+     shipped v2 has it; bf16 autocast on CUDA, a fresh cosine from `--demoire-lr`).
 3. The last weights of each run (never a selected best) and the shipped model are scored on
    the same validation set (`clearsight.api.evaluate`, as `clearsight eval` does); the
    candidate comes back only when its mean PSNR beats the shipped one.
@@ -124,6 +124,7 @@ def demoire_command(a: argparse.Namespace, manifest: dict[str, Any], run: Path) 
         "data.train": a.data / "moire_train",
         "data.val": a.data / "moire_val",
         "model.init": "default-demoire",
+        "model.args.tone_head": "true",  # the shipped v2 has MBCNN's tone head
         "optim.lr": a.demoire_lr,
         "schedule.warmup_steps": 100,
         "data.patch_size": min(256, crop),

@@ -95,7 +95,7 @@ def test_bundled_model_recipes_load_and_match_the_shipped_models() -> None:
     for cfg_name, model in (
         ("default-derain", "default-derain"),
         ("default-derain-finetune", "default-derain"),
-        ("default-demoire", "default-demoire"),
+        ("default-demoire-v2", "default-demoire"),
     ):
         cfg = load_config(REPO / "configs" / f"{cfg_name}.yaml", ["data.train=SOMEWHERE"])
         shipped = resolve_model(model).config
