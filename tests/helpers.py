@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from torch import nn
 
-from clearsight.artifact import LoadedModel, ModelConfig
+from clearsight.artifact import LoadedModel, ModelConfig, make_config
 from clearsight.preprocess import PreprocessSpec
 
 
@@ -67,3 +69,22 @@ def loaded(model: nn.Module, preprocess: PreprocessSpec | None = None) -> Loaded
 def random_image(h: int, w: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+
+
+TINY_SSD = {"num_classes": 5, "depth_multiplier": 0.25, "input_size": 128}
+
+
+def tiny_ssd() -> LoadedModel:
+    """A 128x128 SSD with 4 classes (+ background), seeded weights and confident heads."""
+    from clearsight.models.registry import build_model
+    from clearsight.models.ssd_mobilenet_v1 import SSD_PREPROCESS
+
+    torch.manual_seed(0)
+    model = build_model("ssd-mobilenet-v1", **TINY_SSD).eval()
+    with torch.no_grad():  # a fresh head's 0.01 score prior would leave nothing above 0.3
+        for head in model.class_heads:
+            torch.nn.init.normal_(head.bias, 0.0, 1.0)
+    spec = replace(SSD_PREPROCESS, size=(128, 128))
+    cfg = make_config(model, "ssd-mobilenet-v1", TINY_SSD, name="tiny-ssd", preprocess=spec)
+    cfg.class_ids, cfg.class_names = [1, 18, 44, 90], ["person", "dog", "bottle", "toothbrush"]
+    return LoadedModel(model=model, config=cfg, source="tiny-ssd")

@@ -4,7 +4,6 @@ ONNX MAdds count, and the one-line errors between detection and restoration mode
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 from clearsight.api import load_model
-from clearsight.artifact import LoadedModel, make_config, save_artifact
+from clearsight.artifact import LoadedModel, save_artifact
 from clearsight.cli import app
 from clearsight.detection.astar import ContestAdapter, astar_score, contest_preprocess
 from clearsight.detection.detector import Detections, Detector
@@ -25,31 +24,15 @@ from clearsight.engine.ort_detect import OrtDetector
 from clearsight.export.onnx import export_onnx
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import write_image
-from clearsight.models.registry import build_model
-from clearsight.models.ssd_mobilenet_v1 import SSD_PREPROCESS
-from tests.helpers import TinyConvNet, loaded
+from tests.helpers import TinyConvNet, loaded, tiny_ssd
 
 runner = CliRunner()
-TINY = {"num_classes": 5, "depth_multiplier": 0.25, "input_size": 128}
-
-
-def _tiny_ssd() -> LoadedModel:
-    """A 128x128 SSD with 4 classes (+ background) and seeded random weights."""
-    torch.manual_seed(0)
-    model = build_model("ssd-mobilenet-v1", **TINY).eval()
-    with torch.no_grad():  # a fresh head's 0.01 score prior would leave nothing above 0.3
-        for head in model.class_heads:
-            torch.nn.init.normal_(head.bias, 0.0, 1.0)
-    spec = replace(SSD_PREPROCESS, size=(128, 128))
-    cfg = make_config(model, "ssd-mobilenet-v1", TINY, name="tiny-ssd", preprocess=spec)
-    cfg.class_ids, cfg.class_names = [1, 18, 44, 90], ["person", "dog", "bottle", "toothbrush"]
-    return LoadedModel(model=model, config=cfg, source="tiny-ssd")
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> tuple[LoadedModel, Path, Path]:
     """The tiny SSD, its artifact folder and its decoded-layout export."""
-    lm = _tiny_ssd()
+    lm = tiny_ssd()
     root = tmp_path_factory.mktemp("det")
     art = save_artifact(lm.model, root / "tiny-ssd", lm.config)
     path, parity = export_onnx(lm, root / "tiny.onnx")

@@ -33,26 +33,12 @@ from clearsight.engine.ort_detect import OrtDetector
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import read_image, write_image
 from clearsight.models.registry import build_model
-from clearsight.models.ssd_mobilenet_v1 import SSD_PREPROCESS
 from clearsight.onnx_meta import CLASSES_KEY, CONFIG_KEY, EXPORT_KEY, PRECISION_KEY, PREPROCESS_KEY
 from clearsight.zoo import default_int8_output
+from tests.helpers import tiny_ssd
 
 runner = CliRunner()
-TINY = {"num_classes": 5, "depth_multiplier": 0.25, "input_size": 128}
 OPTS = QuantizeOptions(max_images=3)
-
-
-def _tiny_ssd() -> LoadedModel:
-    """A 128x128 SSD with 4 classes (+ background), seeded weights and confident heads."""
-    torch.manual_seed(0)
-    model = build_model("ssd-mobilenet-v1", **TINY).eval()
-    with torch.no_grad():  # a fresh head's 0.01 score prior would leave nothing above 0.3
-        for head in model.class_heads:
-            torch.nn.init.normal_(head.bias, 0.0, 1.0)
-    spec = replace(SSD_PREPROCESS, size=(128, 128))
-    cfg = make_config(model, "ssd-mobilenet-v1", TINY, name="tiny-ssd", preprocess=spec)
-    cfg.class_ids, cfg.class_names = [1, 18, 44, 90], ["person", "dog", "bottle", "toothbrush"]
-    return LoadedModel(model=model, config=cfg, source="tiny-ssd")
 
 
 def _props(data: bytes) -> dict[str, str]:
@@ -70,7 +56,7 @@ def images(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def ssd_int8(images) -> dict[str, tuple[LoadedModel, object]]:
     """The tiny SSD quantized in each layout."""
-    lm = _tiny_ssd()
+    lm = tiny_ssd()
     return {
         layout: (lm, quantize_model(lm, images, replace(OPTS, layout=layout)))
         for layout in ("decoded", "astar")
@@ -101,7 +87,7 @@ def test_int8_detector_keeps_the_fp32_metadata_plus_its_precision(ssd_int8, layo
 
 
 def test_calibration_inputs_are_prepared_as_each_layout_is_fed(images):
-    lm = _tiny_ssd()
+    lm = tiny_ssd()
     path = sorted(images.iterdir())[1]
     astar = prepare_detection_image(path, lm, "astar")
     np.testing.assert_array_equal(astar[0], contest_preprocess(path)[0])
@@ -190,7 +176,7 @@ def test_quantize_command_on_a_pruned_detector_artifact_in_the_astar_layout(imag
 
 
 def test_bad_requests_fail_with_one_line(images, tmp_path):
-    lm = _tiny_ssd()
+    lm = tiny_ssd()
     art = save_artifact(lm.model, tmp_path / "tiny-ssd", lm.config)
     empty = tmp_path / "empty"
     empty.mkdir()

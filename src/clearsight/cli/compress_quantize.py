@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -151,15 +151,7 @@ def quantize_cmd(
             runs=runs,
             max_images=max_images,
         )
-    head, body = rep.table()
-    table = Table(
-        title=f"{model}: fp32 vs int8 on {score_on} ({rep.n_images} images, {rep.preset})"
-    )
-    for i, col in enumerate(head):
-        table.add_column(col, justify="left" if i == 0 else "right")
-    for row in body:
-        table.add_row(*row)
-    console.print(table)
+    _print_table(rep, f"{model}: fp32 vs int8 on {score_on} ({rep.n_images} images, {rep.preset})")
     err_console.print(
         f"ONNX Runtime, {rep.threads} thread(s); load average "
         + " ".join(f"{v:.2f}" for v in rep.load_average),
@@ -204,16 +196,10 @@ def _detector_report(
             max_images=max_images,
             data=data,
         )
-    head, body = rep.table()
     where = f"; {rep.metric} on {rep.data}" if rep.data else ""
-    table = Table(
-        title=f"{model} ({rep.layout}): fp32 vs int8, {rep.n_images} calibration images{where}"
+    _print_table(
+        rep, f"{model} ({rep.layout}): fp32 vs int8, {rep.n_images} calibration images{where}"
     )
-    for i, col in enumerate(head):
-        table.add_column(col, justify="left" if i == 0 else "right")
-    for row in body:
-        table.add_row(*row)
-    console.print(table)
     diffs = ", ".join(
         f"{k} {v:.3g} (of {rep.output_range[k]:.3g})" for k, v in rep.output_max_abs_diff.items()
     )
@@ -226,6 +212,17 @@ def _detector_report(
     if report is not None:
         atomic_write_text(report, json.dumps(rep.to_dict(), indent=2))
         console.print(f"report: {report}", highlight=False)
+
+
+def _print_table(rep: Any, title: str) -> None:
+    """A report's `table()` (header, rows) as a rich table, the first column left-aligned."""
+    head, body = rep.table()
+    table = Table(title=title)
+    for i, col in enumerate(head):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for row in body:
+        table.add_row(*row)
+    console.print(table)
 
 
 def register(group: typer.Typer) -> None:
