@@ -201,9 +201,10 @@ def test_contest_paddle_from_the_cli_scores_like_pytorch(tmp_path: Path) -> None
 
     from clearsight.cli import app
     from clearsight.detection.astar import astar_score
-    from tests.test_detect_export import _contest_coco, _tiny_ssd
+    from tests.helpers import tiny_ssd
+    from tests.test_detect_export import _contest_coco
 
-    lm = _tiny_ssd()
+    lm = tiny_ssd()
     art = save_artifact(lm.model, tmp_path / "tiny-ssd", lm.config)
     folder = tmp_path / "contest.paddle"
     cli = CliRunner()

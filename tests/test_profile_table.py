@@ -140,9 +140,10 @@ def test_detectors_contest_madds_ap_and_astar_score(tmp_path):
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
     from clearsight.detection.madds import count_madds
     from clearsight.export.onnx import export_onnx
-    from tests.test_detect_export import _contest_coco, _tiny_ssd
+    from tests.helpers import tiny_ssd
+    from tests.test_detect_export import _contest_coco
 
-    lm = _tiny_ssd()
+    lm = tiny_ssd()
     art = save_artifact(lm.model, tmp_path / "ssd", lm.config)
     decoded, _ = export_onnx(lm, tmp_path / "ssd.onnx")
     astar, _ = export_onnx(lm, tmp_path / "ssd-astar.onnx", layout="astar")
