@@ -134,7 +134,12 @@ def fused_gates(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Te
     w = torch.cat([c.weight for c in convs])
     b = torch.cat([c.bias for c in convs])
     y = F.conv2d(x, w, b, padding=c0.padding, dilation=c0.dilation)
-    return y.chunk(len(convs), dim=1)
+    # Split with the real widths, not chunk(): the ONNX export then has one Split with
+    # constant sizes, where chunk() became Shape -> Gather -> Div -> Slice, and in an int8
+    # graph that Shape made ONNX Runtime dequantize the whole fused map only to read its
+    # size (RESCAN int8 at 1024x1024: 8.74x the official code against 6.35x, docs/
+    # architecture.md section 5.4).
+    return tuple(torch.split(y, [c.out_channels for c in convs], dim=1))
 
 
 class GRUUnit(RecurrentUnit):
