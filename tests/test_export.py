@@ -66,7 +66,6 @@ def test_rescan_export_parity_at_odd_sizes_and_dynamic_dims(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 
-
 def test_rescan_export_splits_fused_gates_with_constant_sizes(tmp_path):
     """The fused gate convolutions are split by one Split node with constant sizes: no
     Shape of a feature map (in an int8 graph it forced a dequantization of the whole map)."""
@@ -76,6 +75,7 @@ def test_rescan_export_splits_fused_gates_with_constant_sizes(tmp_path):
         ops = [n.op_type for n in onnx.load(str(path)).graph.node]
         assert "Shape" not in ops, unit
         assert ops.count("Split") >= 2, unit
+
 
 def test_mbcnn_export_three_outputs_each_with_own_dims(tmp_path):
     lm = _tiny("mbcnn")
