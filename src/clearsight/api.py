@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, OptionError
 
 if TYPE_CHECKING:
     from clearsight.artifact import LoadedModel
@@ -255,12 +255,16 @@ def prune(
     report_json: str | os.PathLike[str] | None = None,
     seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
+    calibration: str | os.PathLike[str] | None = None,
+    calibration_images: int = 64,
 ) -> tuple[Path, PruneResult]:
     """Structurally prune `model` (any `load_model` reference) until its recounted MACs drop
     by `ratio` (0.5 halves them) or reach `target_macs` (per pixel for restoration, contest
     MAdds in millions for detection), and save it as an artifact at `out` that reloads
     without the pruning library. The before/after table goes to `report_json` (default:
-    OUT.prune.json beside it). See docs/compress.md."""
+    OUT.prune.json beside it). `importance="energy"` ranks channels by the error their
+    removal causes on `calibration` (a folder of images, at most `calibration_images`) and
+    folds their means into the next layers. See docs/compress.md."""
     import json
 
     from clearsight.atomic import atomic_write_text
@@ -273,6 +277,12 @@ def prune(
     from clearsight.out_paths import check_output_file
 
     check_request(ratio, target_macs, importance)
+    if (importance == "energy") != (calibration is not None):
+        raise OptionError(
+            "calibration", "give --calibration DIR with --importance energy, and only with it"
+        )
+    if calibration_images < 1:
+        raise OptionError("calibration_images", f"must be >= 1, got {calibration_images}")
     target = Path(out)
     if target.suffix == ".safetensors":
         check_output_file(target, "prune output")
@@ -287,6 +297,11 @@ def prune(
     if isinstance(loaded.model, OrtModel):
         raise ClearsightError(f"{model}: an ONNX file cannot be pruned; prune its artifact")
     src = loaded.source if Path(loaded.source).exists() else None
+    inputs = None
+    if calibration is not None:
+        from clearsight.compress.prune_energy import calibration_inputs
+
+        inputs = calibration_inputs(loaded, str(calibration), int(calibration_images))
     result = prune_model(
         loaded.model,
         ratio=ratio,
@@ -295,6 +310,7 @@ def prune(
         seed=seed,
         source=src,
         progress=progress,
+        calibration=inputs,
     )
     path = save_pruned(loaded, result, target)
     data = {"model": str(model), "output": str(path), **result.to_dict()}

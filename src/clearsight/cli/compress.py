@@ -50,8 +50,22 @@ def prune_cmd(
         ),
     ] = None,
     importance: Annotated[
-        str, typer.Option("--importance", help="Channel ranking: l1, taylor or group.")
+        str,
+        typer.Option(
+            "--importance",
+            help="Channel ranking: l1, taylor, group, or energy (measured on --calibration).",
+        ),
     ] = "l1",
+    calibration: Annotated[
+        Path | None,
+        typer.Option(
+            "--calibration",
+            help="Folder of images for --importance energy (the model's own preprocessing).",
+        ),
+    ] = None,
+    calibration_images: Annotated[
+        int, typer.Option("--calibration-images", help="Use at most this many of them.")
+    ] = 64,
     json_out: Annotated[
         Path | None,
         typer.Option("--json", help="Before/after table as JSON (default: OUT.prune.json)."),
@@ -76,6 +90,8 @@ def prune_cmd(
             report_json=json_out,
             seed=seed,
             progress=step,
+            calibration=calibration,
+            calibration_images=calibration_images,
         )
     b, a = result.before, result.after
     table = Table(title=f"prune {model} ({result.importance}, {result.rounds} rounds)")

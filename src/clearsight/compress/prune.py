@@ -32,7 +32,7 @@ from clearsight.errors import ClearsightError, OptionError
 from clearsight.models.contract import DetectionModel, RestorationModel
 from clearsight.models.registry import count_parameters
 
-IMPORTANCES = ("l1", "taylor", "group")
+IMPORTANCES = ("l1", "taylor", "group", "energy")
 MAX_ROUND_SHARE = 0.5
 """At most this share of the current channels of a group goes in one round."""
 MIN_SHARE = 0.02
@@ -146,6 +146,8 @@ def _importance(name: str) -> Any:
         return tp.importance.GroupMagnitudeImportance(p=2)
     if name == "taylor":  # |w * dL/dw| over the group, from `_proxy_loss`'s gradients
         return tp.importance.GroupTaylorImportance()
+    if name == "energy":  # made per round from the calibration images (`prune_energy`)
+        return None
     raise AssertionError(name)  # check_request refused it
 
 
@@ -221,6 +223,7 @@ def prune_model(
     seed: int = 0,
     source: str | Path | None = None,
     progress: Callable[[int, float], None] | None = None,
+    calibration: list[torch.Tensor] | None = None,
 ) -> PruneResult:
     """Prune `model` in place until its recounted MACs reach the target.
 
@@ -228,9 +231,12 @@ def prune_model(
     (per pixel for restoration, contest MAdds in millions for detection). Exactly one is
     given. Works in rounds, each on a freshly traced dependency graph, until the recounted
     MACs are at or below the target; `progress(round, macs)` is called after each. The
-    model is pruned in place (also when a PruneError stops it half-way).
+    model is pruned in place (also when a PruneError stops it half-way). `energy` ranks
+    and compensates with statistics of `calibration` (model inputs, `prune_energy`).
     """
     check_request(ratio, target_macs, importance)
+    if importance == "energy" and not calibration:
+        raise OptionError("calibration", "--importance energy needs calibration images")
     imp = _importance(importance)
     contract = isinstance(model, RestorationModel | DetectionModel)
     protected = model.prune_protected() if contract else None
@@ -258,7 +264,7 @@ def prune_model(
         share = min(max(1.0 - math.sqrt(target / macs), MIN_SHARE), MAX_ROUND_SHARE)
         new_macs = macs
         for attempt in (share, min(4 * share, MAX_ROUND_SHARE)):
-            _prune_round(model, x, imp, importance, protected, attempt)
+            _prune_round(model, x, imp, importance, protected, attempt, calibration)
             new_macs, _ = measure_macs(model)
             if new_macs < macs:
                 break
@@ -282,10 +288,19 @@ def _prune_round(
     importance: str,
     protected: list[nn.Module],
     share: float,
+    calibration: list[torch.Tensor] | None = None,
 ) -> None:
     """Remove `share` of every prunable group's channels, ranked by `imp` (one Torch-Pruning
-    step on a freshly traced graph, so each round sees the current widths)."""
+    step on a freshly traced graph, so each round sees the current widths). `energy`
+    measures the current model on `calibration` and compensates each removal."""
     tp = _torch_pruning()
+    stats = None
+    if importance == "energy":
+        from clearsight.compress.prune_energy import collect_stats, energy_importance
+
+        assert calibration is not None
+        stats = collect_stats(model, calibration)
+        imp = energy_importance(stats, root_filter_l1)
 
     with warnings.catch_warnings(), model.prune_tracing():
         # Torch-Pruning warns about parameters outside nn layers (MBCNN's bandpass weights
@@ -305,7 +320,13 @@ def _prune_round(
             model.zero_grad(set_to_none=True)
             _proxy_loss(model, x).backward()
     with torch.no_grad():
-        pruner.step()
+        if stats is None:
+            pruner.step()
+        else:
+            from clearsight.compress.prune_energy import compensate_and_prune
+
+            for group in pruner.step(interactive=True):
+                compensate_and_prune(group, stats)
     model.zero_grad(set_to_none=True)
 
 
