@@ -137,7 +137,7 @@ def fused_gates(convs: tuple[nn.Conv2d, ...], x: torch.Tensor) -> tuple[torch.Te
     # Split with the real widths, not chunk(): the ONNX export then has one Split with
     # constant sizes, where chunk() became Shape -> Gather -> Div -> Slice, and in an int8
     # graph that Shape made ONNX Runtime dequantize the whole fused map only to read its
-    # size (RESCAN int8 at 1024x1024: 8.74x the official code against 6.35x, docs/
+    # size (RESCAN int8 at 1024x1024: 8.11x the official code against 6.35x, docs/
     # architecture.md section 5.4).
     return tuple(torch.split(y, [c.out_channels for c in convs], dim=1))
 
