@@ -122,36 +122,10 @@ def test_energy_needs_calibration_and_the_cli_says_so(tmp_path):
 
     from clearsight.cli import app
 
-    r = CliRunner().invoke(
-        app,
-        [
-            "compress",
-            "prune",
-            "rescan",
-            "--ratio",
-            "0.2",
-            "--importance",
-            "energy",
-            "-o",
-            str(tmp_path / "o"),
-        ],
-    )
-    assert r.exit_code != 0 and "--calibration" in r.output
-    r = CliRunner().invoke(
-        app,
-        [
-            "compress",
-            "prune",
-            "rescan",
-            "--ratio",
-            "0.2",
-            "--calibration",
-            str(tmp_path),
-            "-o",
-            str(tmp_path / "o"),
-        ],
-    )
-    assert r.exit_code != 0 and "--calibration" in r.output
+    base = ["compress", "prune", "rescan", "--ratio", "0.2", "-o", str(tmp_path / "o")]
+    for extra in (["--importance", "energy"], ["--calibration", str(tmp_path)]):
+        r = CliRunner().invoke(app, base + extra)
+        assert r.exit_code != 0 and "--calibration" in r.output, extra
 
 
 def test_cli_prunes_a_detector_on_a_folder_of_images(tmp_path):
