@@ -118,6 +118,8 @@ def test_removing_only_constant_channels_is_exact():
 def test_energy_needs_calibration_and_the_cli_says_so(tmp_path):
     with pytest.raises(OptionError, match="calibration"):
         prune_model(_net(), ratio=0.2, importance="energy")
+    with pytest.raises(OptionError, match="only with it"):  # l1 would ignore the images
+        prune_model(_net(), ratio=0.2, importance="l1", calibration=[torch.rand(1, 3, 16, 16)])
     from typer.testing import CliRunner
 
     from clearsight.cli import app

@@ -276,11 +276,7 @@ def prune(
     )
     from clearsight.out_paths import check_output_file
 
-    check_request(ratio, target_macs, importance)
-    if (importance == "energy") != (calibration is not None):
-        raise OptionError(
-            "calibration", "give --calibration DIR with --importance energy, and only with it"
-        )
+    check_request(ratio, target_macs, importance, calibration is not None)
     if calibration_images < 1:
         raise OptionError("calibration_images", f"must be >= 1, got {calibration_images}")
     target = Path(out)

@@ -186,9 +186,12 @@ def _proxy_loss(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return sum((t.float() ** 2).mean() for t in _outputs(model(x)))  # type: ignore[return-value]
 
 
-def check_request(ratio: float | None, target_macs: float | None, importance: str) -> None:
+def check_request(
+    ratio: float | None, target_macs: float | None, importance: str, has_calibration: bool
+) -> None:
     """Refuse a bad request before any work: exactly one of `ratio` (in (0, 1)) and a
-    positive `target_macs`, and a known importance."""
+    positive `target_macs`, a known importance, and calibration images with `energy` (which
+    ranks by them) and only with it."""
     if (ratio is None) == (target_macs is None):
         raise OptionError("ratio", "give exactly one of --ratio and --target-macs")
     if ratio is not None and not 0.0 < ratio < 1.0:
@@ -198,6 +201,10 @@ def check_request(ratio: float | None, target_macs: float | None, importance: st
     if importance not in IMPORTANCES:
         raise OptionError(
             "importance", f"unknown {importance!r}; options: {', '.join(IMPORTANCES)}"
+        )
+    if (importance == "energy") != has_calibration:
+        raise OptionError(
+            "calibration", "give --calibration DIR with --importance energy, and only with it"
         )
 
 
@@ -234,9 +241,7 @@ def prune_model(
     model is pruned in place (also when a PruneError stops it half-way). `energy` ranks
     and compensates with statistics of `calibration` (model inputs, `prune_energy`).
     """
-    check_request(ratio, target_macs, importance)
-    if importance == "energy" and not calibration:
-        raise OptionError("calibration", "--importance energy needs calibration images")
+    check_request(ratio, target_macs, importance, bool(calibration))
     imp = _importance(importance)
     contract = isinstance(model, RestorationModel | DetectionModel)
     protected = model.prune_protected() if contract else None
