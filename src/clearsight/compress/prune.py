@@ -146,9 +146,7 @@ def _importance(name: str) -> Any:
         return tp.importance.GroupMagnitudeImportance(p=2)
     if name == "taylor":  # |w * dL/dw| over the group, from `_proxy_loss`'s gradients
         return tp.importance.GroupTaylorImportance()
-    if name == "energy":  # made per round from the calibration images (`prune_energy`)
-        return None
-    raise AssertionError(name)  # check_request refused it
+    raise AssertionError(name)  # check_request refused it; `energy` is made per round
 
 
 def root_filter_l1(group: Any) -> torch.Tensor:
@@ -242,7 +240,6 @@ def prune_model(
     and compensates with statistics of `calibration` (model inputs, `prune_energy`).
     """
     check_request(ratio, target_macs, importance, bool(calibration))
-    imp = _importance(importance)
     contract = isinstance(model, RestorationModel | DetectionModel)
     protected = model.prune_protected() if contract else None
     if protected is None:
@@ -269,7 +266,7 @@ def prune_model(
         share = min(max(1.0 - math.sqrt(target / macs), MIN_SHARE), MAX_ROUND_SHARE)
         new_macs = macs
         for attempt in (share, min(4 * share, MAX_ROUND_SHARE)):
-            _prune_round(model, x, imp, importance, protected, attempt, calibration)
+            _prune_round(model, x, importance, protected, attempt, calibration)
             new_macs, _ = measure_macs(model)
             if new_macs < macs:
                 break
@@ -289,15 +286,14 @@ def prune_model(
 def _prune_round(
     model: nn.Module,
     x: torch.Tensor,
-    imp: Any,
     importance: str,
     protected: list[nn.Module],
     share: float,
     calibration: list[torch.Tensor] | None = None,
 ) -> None:
-    """Remove `share` of every prunable group's channels, ranked by `imp` (one Torch-Pruning
-    step on a freshly traced graph, so each round sees the current widths). `energy`
-    measures the current model on `calibration` and compensates each removal."""
+    """Remove `share` of every prunable group's channels, ranked by `importance` (one
+    Torch-Pruning step on a freshly traced graph, so each round sees the current widths).
+    `energy` measures the current model on `calibration` and compensates each removal."""
     tp = _torch_pruning()
     stats = None
     if importance == "energy":
@@ -306,6 +302,8 @@ def _prune_round(
         assert calibration is not None
         stats = collect_stats(model, calibration)
         imp = energy_importance(stats, root_filter_l1)
+    else:
+        imp = _importance(importance)
 
     with warnings.catch_warnings(), model.prune_tracing():
         # Torch-Pruning warns about parameters outside nn layers (MBCNN's bandpass weights
