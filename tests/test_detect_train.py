@@ -236,7 +236,13 @@ def test_finetune_configs_run_a_step_from_the_bundled_model(
     monkeypatch.chdir(REPO)  # the configs' data paths are relative to the checkout
     cfg = load_config(
         REPO / "configs" / f"{config}.yaml",
-        ["train.steps=1", "data.batch_size=2", "val.max_images=2", 'train.amp="off"'],
+        [
+            "train.steps=1",
+            "data.batch_size=2",
+            "data.val=../shared/data/detection/coco128",
+            "val.max_images=2",
+            'train.amp="off"',
+        ],
     )
     res = train(cfg, tmp_path, progress=False)
     loaded, reference = load_artifact(tmp_path / "last"), resolve_model(bundled)
@@ -244,6 +250,8 @@ def test_finetune_configs_run_a_step_from_the_bundled_model(
     assert loaded.config.class_names == reference.config.class_names
     assert loaded.config.preprocess == reference.config.preprocess
     assert np.isfinite(res.last_loss) and "AP" in res.val_metrics
+    # the shipped config validates on nothing by default: coco_mini_val is the test set
+    assert load_config(REPO / "configs" / f"{config}.yaml").data.val is None
 
 
 # -- YOLOX ------------------------------------------------------------------------------------
