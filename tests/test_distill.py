@@ -247,6 +247,40 @@ def test_same_architecture_detection_distillation(rects: Path, tmp_path: Path) -
     assert res.steps == 2 and res.last_loss is not None
 
 
+def test_dense_distillation_lets_the_student_use_another_resize_filter(
+    rects: Path, tmp_path: Path
+) -> None:
+    """The filter is not geometry: a student trained on antialiased bicubic input (as a
+    deployment's resize feeds it) still distills per anchor from a bilinear teacher."""
+    args = {"num_classes": 2, "input_size": 64}
+    base = dataclasses.replace(get_spec("yolox-nano").preprocess, size=(64, 64))
+    t_path = _detector_teacher(rects, tmp_path / "t", "yolox-nano", args)
+    s_spec = dataclasses.replace(
+        base, extra={**base.extra, "interpolation": "bicubic", "antialias": True}
+    )
+    s_init = _detector_teacher(rects, tmp_path / "s0", "yolox-nano", args, s_spec)
+    cfg = ssd_config(
+        rects, model={"arch": "yolox-nano", "args": args, "init": str(s_init)},
+        loss={"name": "yolox"}, data={"val": None, "augment": False},
+        distill=_distill(t_path, task_weight=0.0, score_threshold=0.0),
+    )  # fmt: skip
+    run = _Run(cfg, tmp_path / "s", _Dist(), False)
+    assert run.distill.mode == "dense"
+    raw = run.stream.next()
+    inp, tgt = run._batch_to_device(*raw)
+    run.distill.loss(run.model(inp), inp, tgt, raw[0], run.loss_fn)
+    seen = run.distill.last_inputs
+    assert seen["teacher"].shape == seen["student"].shape  # same geometry ...
+    assert not torch.allclose(seen["teacher"], seen["student"], atol=1e-3)  # ... other filter
+    # a different letterbox anchor moves the image: that is geometry, refused
+    moved = dataclasses.replace(base, extra={**base.extra, "letterbox_anchor": "center"})
+    m_init = _detector_teacher(rects, tmp_path / "m0", "yolox-nano", args, moved)
+    cfg.model.init = str(m_init)
+    cfg.distill.detection = "dense"
+    with pytest.raises(TrainConfigError, match="dense needs"):
+        _Run(cfg, tmp_path / "m", _Dist(), False)
+
+
 def test_identical_teacher_gives_zero_dense_loss(rects: Path, tmp_path: Path) -> None:
     args = {"num_classes": 2, "input_size": 64}
     t_path = _detector_teacher(rects, tmp_path / "t", "yolox-nano", args)

@@ -52,7 +52,10 @@ from clearsight.preprocess import PreprocessSpec, pad_to_multiple
 __all__ = ["Distiller", "bernoulli_kl", "build_distiller"]
 
 EPS = 1e-6
-_LETTERBOX_KEYS = ("pad_value", "letterbox_anchor", "interpolation", "antialias")
+# where the image lands in the input (dense targets are per anchor, so it must match); the
+# resize filter ("interpolation", "antialias") only changes pixel values, and each model
+# gets its own, so a student can learn the filter it will be deployed with
+_GEOMETRY_KEYS = ("pad_value", "letterbox_anchor")
 
 
 def bernoulli_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
@@ -155,7 +158,7 @@ class Distiller(nn.Module):
             and int(t.num_classes) == int(student.num_classes)
             and tuple(t.input_size) == tuple(student.input_size)
             and (s_spec.resize, s_spec.size) == (t_spec.resize, t_spec.size)
-            and all(s_spec.extra.get(k) == t_spec.extra.get(k) for k in _LETTERBOX_KEYS)
+            and all(s_spec.extra.get(k) == t_spec.extra.get(k) for k in _GEOMETRY_KEYS)
         )
         if self.d.detection == "dense" and not same:
             raise TrainConfigError(
