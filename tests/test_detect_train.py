@@ -370,3 +370,37 @@ def test_model_init_with_other_shape_free_arguments_is_refused(rects: Path, tmp_
     raw["model"]["args"] = args  # the artifact's own arguments load
     run = trainer._Run(config_from_dict(raw), tmp_path / "ok", trainer._init_dist("cpu"), False)
     assert tuple(run.model.input_size) == (64, 64)
+
+
+def test_resize_filter_is_trained_and_saved(rects: Path, tmp_path: Path) -> None:
+    """`model.resize_filter` changes the pixels the detector trains on (antialiased bicubic
+    here, as a deployment's PIL resize makes them) and is what the artifact then carries."""
+    from clearsight.engine import trainer
+    from clearsight.engine.train_config import config_from_dict
+
+    raw = {
+        "model": {"arch": "yolox-nano", "args": {"num_classes": 2, "input_size": 64}},
+        "data": {"train": str(rects), "batch_size": 2, "augment": False},
+        "loss": {"name": "yolox"},
+        "train": {"steps": 1, "tensorboard": False, "amp": "off"},
+    }
+    plain = trainer._Run(config_from_dict(raw), tmp_path / "a", trainer._init_dist("cpu"), False)
+    raw["model"]["resize_filter"] = "bicubic-antialias"
+    cfg = config_from_dict(raw)
+    run = trainer._Run(cfg, tmp_path / "b", trainer._init_dist("cpu"), False)
+    assert run.detect is not None and plain.detect is not None
+    extra = run.detect.preprocess.extra
+    assert extra["interpolation"] == "bicubic" and extra["antialias"] is True
+    assert plain.detect.preprocess.extra.get("antialias") is not True
+    x_plain, x_aa = plain.stream.next()[0], run.stream.next()[0]
+    assert x_plain.shape == x_aa.shape and not torch.allclose(x_plain, x_aa, atol=1e-3)
+    train(cfg, tmp_path / "run", progress=False)
+    saved = load_artifact(tmp_path / "run" / "last").config.preprocess.extra
+    assert saved["interpolation"] == "bicubic" and saved["antialias"] is True
+    # a name outside the list, or a restoration model, is refused by name
+    raw["model"]["resize_filter"] = "lanczos"
+    with pytest.raises(TrainConfigError, match=r"model\.resize_filter: 'lanczos'"):
+        config_from_dict(raw)
+    raw["model"] = {"arch": "rescan", "resize_filter": "bicubic"}
+    with pytest.raises(TrainConfigError, match="only detectors"):
+        trainer._Run(config_from_dict(raw), tmp_path / "c", trainer._init_dist("cpu"), False)

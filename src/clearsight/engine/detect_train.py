@@ -76,7 +76,19 @@ def _model_spec(arch: str, model: nn.Module) -> PreprocessSpec:
 
 
 def detection_setup(model: nn.Module, cfg: TrainConfig, init: ModelConfig | None) -> DetectionSetup:
-    """The label map and preprocessing for a run (see the module docstring)."""
+    """The label map and preprocessing for a run (see the module docstring), with the
+    resize filter `model.resize_filter` names, if any."""
+    setup = _label_map_and_spec(model, cfg, init)
+    if cfg.model.resize_filter is None:
+        return setup
+    interpolation, _, aa = cfg.model.resize_filter.partition("-")
+    extra = {**setup.preprocess.extra, "interpolation": interpolation, "antialias": aa != ""}
+    return dataclasses.replace(setup, preprocess=dataclasses.replace(setup.preprocess, extra=extra))
+
+
+def _label_map_and_spec(
+    model: nn.Module, cfg: TrainConfig, init: ModelConfig | None
+) -> DetectionSetup:
     if init is not None and init.class_ids is not None:
         names = init.class_names or [str(i) for i in init.class_ids]
         return DetectionSetup(init.preprocess, list(init.class_ids), list(names))

@@ -51,6 +51,10 @@ class ModelSection:
     init: str | None = None
     """Start from these weights (artifact path or bundled name) instead of a random init:
     fine-tuning. The artifact's architecture and arguments must match `arch` and `args`."""
+    resize_filter: str | None = None
+    """Detectors only: train (and save in the artifact) this resize filter instead of the
+    init artifact's or the architecture's, to match the deployment's resize: the Astar
+    contest's PIL Lanczos is nearest to "bicubic-antialias" (docs/compress.md)."""
 
 
 @dataclass
@@ -212,6 +216,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "distill.detection": ("auto", "dense", "pseudo"),
     "distill.feature_loss": ("mse", "l1"),
 }
+RESIZE_FILTERS = ("bilinear", "bilinear-antialias", "bicubic", "bicubic-antialias", "nearest")
 POSITIVE = {"data.patch_size", "data.batch_size", "data.repeat", "train.steps", "train.grad_accum"}
 POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.nan_patience"}
 POSITIVE |= {"optim.lr"}
@@ -306,6 +311,11 @@ def _check_values(cfg: TrainConfig) -> None:
     for key in NON_NEGATIVE:
         if flat[key] < 0:
             raise TrainConfigError(f"{key}: must be >= 0, got {flat[key]}")
+    rf = cfg.model.resize_filter
+    if rf is not None and rf not in RESIZE_FILTERS:
+        raise TrainConfigError(
+            f"model.resize_filter: {rf!r} is not one of {', '.join(RESIZE_FILTERS)}"
+        )
     if not 0.0 <= cfg.train.ema_decay < 1.0:
         raise TrainConfigError(f"train.ema_decay: must be in [0, 1), got {cfg.train.ema_decay}")
     if len(cfg.optim.betas) != 2:

@@ -429,6 +429,11 @@ class _Run:
             self.speed = dataclasses.replace(
                 self.speed, amp=False, compiled=False, why="train.qat: eager fp32"
             )
+        if cfg.model.resize_filter is not None and self.spec.task != "detect":
+            raise TrainConfigError(
+                f"model.resize_filter: {cfg.model.arch} restores images at their own size; "
+                "only detectors resize their input"
+            )
         self.detect = (
             detect_train.detection_setup(self.model, cfg, init)
             if self.spec.task == "detect"
