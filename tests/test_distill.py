@@ -223,6 +223,15 @@ def _detector_teacher(
     return tmp / "last"
 
 
+def _one_dense_step(cfg: TrainConfig, run_dir: Path) -> tuple[_Run, torch.Tensor]:
+    """A run set up for dense distillation and its first batch's loss."""
+    run = _Run(cfg, run_dir, _Dist(), False)
+    assert run.distill.mode == "dense"
+    raw = run.stream.next()
+    inp, tgt = run._batch_to_device(*raw)
+    return run, run.distill.loss(run.model(inp), inp, tgt, raw[0], run.loss_fn)
+
+
 def test_same_architecture_detection_distillation(rects: Path, tmp_path: Path) -> None:
     args = {"num_classes": 2, "input_size": 64}
     # the teacher's artifact swaps the colour order: student and teacher inputs must differ
@@ -235,11 +244,7 @@ def test_same_architecture_detection_distillation(rects: Path, tmp_path: Path) -
         data={"val": None}, train={"steps": 2},
         distill=_distill(t_path, temperature=2.0, score_threshold=0.0),
     )  # fmt: skip
-    run = _Run(cfg, tmp_path / "s", _Dist(), False)
-    assert run.distill.mode == "dense"
-    raw = run.stream.next()
-    inp, tgt = run._batch_to_device(*raw)
-    loss = run.distill.loss(run.model(inp), inp, tgt, raw[0], run.loss_fn)
+    run, loss = _one_dense_step(cfg, tmp_path / "s")
     assert torch.isfinite(loss) and set(run.distill.last_terms) == {"task", "distill"}
     seen = run.distill.last_inputs
     assert torch.allclose(seen["teacher"], seen["student"].flip(1), atol=1e-5)  # BGR vs RGB
@@ -264,12 +269,7 @@ def test_dense_distillation_lets_the_student_use_another_resize_filter(
         loss={"name": "yolox"}, data={"val": None, "augment": False},
         distill=_distill(t_path, task_weight=0.0, score_threshold=0.0),
     )  # fmt: skip
-    run = _Run(cfg, tmp_path / "s", _Dist(), False)
-    assert run.distill.mode == "dense"
-    raw = run.stream.next()
-    inp, tgt = run._batch_to_device(*raw)
-    run.distill.loss(run.model(inp), inp, tgt, raw[0], run.loss_fn)
-    seen = run.distill.last_inputs
+    seen = _one_dense_step(cfg, tmp_path / "s")[0].distill.last_inputs
     assert seen["teacher"].shape == seen["student"].shape  # same geometry ...
     assert not torch.allclose(seen["teacher"], seen["student"], atol=1e-3)  # ... other filter
     # a different letterbox anchor moves the image: that is geometry, refused
