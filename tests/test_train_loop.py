@@ -210,11 +210,24 @@ def test_time_budget_is_not_cut_by_a_burst_of_slow_steps(
     assert 40 < res.steps < 80
 
 
+def test_time_budget_with_slow_steps_is_fitted_within_a_tenth_of_it(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 100 timed steps of ~2 s would outlast the 3-minute budget: the backstop would stop the
+    # run mid-schedule; timing ends at a tenth of the budget instead and the cosine anneals
+    res = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 100, 3.0)
+    assert 40 < res.steps < 100
+    log = (tmp_path / "run" / "train_log.jsonl").open()
+    last = [json.loads(x) for x in log if "lr" in x][-1]
+    assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3
+
+
 def test_time_budget_hard_stop_still_exports(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(trainer.time, "perf_counter", FakeClock())
     monkeypatch.setattr(trainer, "TIMING_STEPS", 10_000)  # never fits: the backstop stops it
+    monkeypatch.setattr(trainer, "TIMING_SHARE", 2.0)
     cfg = tiny_config(data, train={"steps": 1000, "max_minutes": 0.1, "val_every": 1000})
     res = train(cfg, tmp_path / "run", progress=False)
     assert 1 <= res.steps < 20

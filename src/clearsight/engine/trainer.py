@@ -95,7 +95,12 @@ LOG_FILE = "train_log.jsonl"
 OVERFIT_MARGIN = 0.5
 """--overfit-batch passes when the last loss is at most this fraction of the first."""
 TIMING_STEPS = 100
-"""With train.max_minutes, the step time is the median over this many first steps."""
+"""With train.max_minutes, the step time is the median over this many first steps..."""
+TIMING_SHARE = 0.1
+"""...or over the steps in this share of the budget (at least `MIN_TIMING_STEPS`), whichever
+ends first: timing 100 slow steps could spend most of the budget at the first learning rate
+and leave the fitted schedule only its last minutes to anneal."""
+MIN_TIMING_STEPS = 5
 TIME_MARGIN = 0.92
 """Share of the remaining budget given to steps; the rest covers validation and exports."""
 COMPILE_MIN_STEPS = 500
@@ -735,23 +740,30 @@ class _Run:
         t0, s0 = time.perf_counter(), self.step
         budget_s = t.max_minutes * 60.0
         durations: list[float] = []
-        t_prev = t0
+        t_prev, timed = t0, False
         while self.step < t.steps:
             loss = self.train_step(fixed)
             self.step += 1
             if budget_s > 0:
                 now = time.perf_counter()
                 elapsed = now - t0
-                if len(durations) < TIMING_STEPS:
+                n = self.step - s0
+                if not timed:
                     durations.append(now - t_prev)
                     t_prev = now
-                if self.step - s0 == TIMING_STEPS:
+                due = not timed and (
+                    n >= TIMING_STEPS
+                    or (n >= MIN_TIMING_STEPS and elapsed >= TIMING_SHARE * budget_s)
+                )
+                over, due = self.agree(float(elapsed >= budget_s), float(due))
+                if due:
                     # the median, so that slow first steps (loader start-up, a cache filling)
                     # or a short burst of other work do not cut the run's steps for good
+                    timed = True
                     step_s = statistics.median(durations)
                     step_s, left_s = self.agree(step_s, budget_s - elapsed)
                     self.fit_budget(step_s, left_s, bar)
-                elif self.agree(float(elapsed >= budget_s))[0] and self.step < t.steps:
+                elif over and self.step < t.steps:
                     bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
                     self.cfg.train.steps = self.step
             if self.qat and self.step == self.qat_freeze:
@@ -835,7 +847,7 @@ class _Run:
     def fit_budget(self, step_s: float, left_s: float, bar: Any) -> None:
         """Cut `train.steps` (and multistep milestones) to what fits in `left_s` seconds."""
         t, sched = self.cfg.train, self.cfg.schedule
-        fits = self.step + int(TIME_MARGIN * left_s / max(step_s, 1e-9))
+        fits = self.step + max(0, int(TIME_MARGIN * left_s / max(step_s, 1e-9)))
         if fits >= t.steps:
             return
         scale = fits / t.steps
