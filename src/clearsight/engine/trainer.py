@@ -96,7 +96,7 @@ OVERFIT_MARGIN = 0.5
 """--overfit-batch passes when the last loss is at most this fraction of the first."""
 TIMING_STEPS = 100
 """With train.max_minutes, the step time is the median over this many first steps..."""
-TIMING_SHARE = 0.1
+TIMING_SHARE = 0.25
 """...or over the steps in this share of the budget (at least `MIN_TIMING_STEPS`), whichever
 ends first: timing 100 slow steps could spend most of the budget at the first learning rate
 and leave the fitted schedule only its last minutes to anneal."""
