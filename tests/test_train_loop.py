@@ -176,6 +176,12 @@ def _budgeted_run(
     return train(cfg, run, progress=False)
 
 
+def _last_logged_lr(run: Path) -> dict:
+    """The run's last train-log record that carries a learning rate."""
+    with (run / "train_log.jsonl").open() as log:
+        return [json.loads(x) for x in log if "lr" in x][-1]
+
+
 def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -183,7 +189,7 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     assert 2 < res.steps < 1000
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert saved["config"]["train"]["steps"] == res.steps  # the cut budget is recorded
-    last = [json.loads(x) for x in (tmp_path / "run" / "train_log.jsonl").open() if "lr" in x][-1]
+    last = _last_logged_lr(tmp_path / "run")
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3  # cosine nearly annealed
     assert (tmp_path / "run" / "last").is_dir()
 
@@ -217,8 +223,7 @@ def test_time_budget_with_slow_steps_is_fitted_within_a_quarter_of_it(
     # run mid-schedule; timing ends at a quarter of the budget instead and the cosine anneals
     res = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 100, 3.0)
     assert 40 < res.steps < 100
-    log = (tmp_path / "run" / "train_log.jsonl").open()
-    last = [json.loads(x) for x in log if "lr" in x][-1]
+    last = _last_logged_lr(tmp_path / "run")
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3
 
 
