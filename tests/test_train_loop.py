@@ -182,6 +182,11 @@ def _last_logged_lr(run: Path) -> dict:
         return [json.loads(x) for x in log if "lr" in x][-1]
 
 
+def _budget_records(run: Path) -> list[dict]:
+    with (run / "train_log.jsonl").open() as log:
+        return [r for r in map(json.loads, log) if "budget" in r]
+
+
 def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -192,6 +197,9 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     last = _last_logged_lr(tmp_path / "run")
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3  # cosine nearly annealed
     assert (tmp_path / "run" / "last").is_dir()
+    cut = _budget_records(tmp_path / "run")[0]  # the decision is logged, not only shown
+    assert cut["budget"] == "cut" and cut["step"] == 2 and cut["planned_steps"] == 1000
+    assert res.steps <= cut["fitted_steps"] < 1000
 
 
 class _SpikyClock(FakeClock):
@@ -237,6 +245,9 @@ def test_time_budget_hard_stop_still_exports(
     res = train(cfg, tmp_path / "run", progress=False)
     assert 1 <= res.steps < 20
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == res.steps
+    assert _budget_records(tmp_path / "run") == [
+        {"step": res.steps, "budget": "reached", "planned_steps": 1000}
+    ]
     assert (tmp_path / "run" / "last").is_dir()
 
 

@@ -765,6 +765,7 @@ class _Run:
                     self.fit_budget(step_s, left_s, bar)
                 elif over and self.step < t.steps:
                     bar.note(f"time budget of {t.max_minutes:g} min reached at step {self.step}")
+                    self.log({"step": self.step, "budget": "reached", "planned_steps": t.steps})
                     self.cfg.train.steps = self.step
             if self.qat and self.step == self.qat_freeze:
                 qat.freeze_observers(self.model)
@@ -845,9 +846,20 @@ class _Run:
         return tuple(vec.tolist())
 
     def fit_budget(self, step_s: float, left_s: float, bar: Any) -> None:
-        """Cut `train.steps` (and multistep milestones) to what fits in `left_s` seconds."""
+        """Cut `train.steps` (and multistep milestones) to what fits in `left_s` seconds.
+        The decision goes to the train log too, where a run without progress output
+        (`--no-progress`, a log file) still shows it."""
         t, sched = self.cfg.train, self.cfg.schedule
         fits = self.step + max(0, int(TIME_MARGIN * left_s / max(step_s, 1e-9)))
+        self.log(
+            {
+                "step": self.step,
+                "budget": "fits" if fits >= t.steps else "cut",
+                "planned_steps": t.steps,
+                "fitted_steps": min(fits, t.steps),
+                "step_ms": round(step_s * 1000, 1),
+            }
+        )
         if fits >= t.steps:
             return
         scale = fits / t.steps
