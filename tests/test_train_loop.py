@@ -176,15 +176,10 @@ def _budgeted_run(
     return train(cfg, run, progress=False)
 
 
-def _last_logged_lr(run: Path) -> dict:
-    """The run's last train-log record that carries a learning rate."""
+def _logged(run: Path, key: str) -> list[dict]:
+    """The run's train-log records that carry `key`."""
     with (run / "train_log.jsonl").open() as log:
-        return [json.loads(x) for x in log if "lr" in x][-1]
-
-
-def _budget_records(run: Path) -> list[dict]:
-    with (run / "train_log.jsonl").open() as log:
-        return [r for r in map(json.loads, log) if "budget" in r]
+        return [r for r in map(json.loads, log) if key in r]
 
 
 def test_time_budget_cuts_the_steps_so_the_schedule_completes(
@@ -194,10 +189,10 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     assert 2 < res.steps < 1000
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert saved["config"]["train"]["steps"] == res.steps  # the cut budget is recorded
-    last = _last_logged_lr(tmp_path / "run")
+    last = _logged(tmp_path / "run", "lr")[-1]
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3  # cosine nearly annealed
     assert (tmp_path / "run" / "last").is_dir()
-    cut = _budget_records(tmp_path / "run")[0]  # the decision is logged, not only shown
+    cut = _logged(tmp_path / "run", "budget")[0]  # the decision is logged, not only shown
     assert cut["budget"] == "cut" and cut["step"] == 2 and cut["planned_steps"] == 1000
     assert res.steps <= cut["fitted_steps"] < 1000
 
@@ -231,7 +226,7 @@ def test_time_budget_with_slow_steps_is_fitted_within_a_quarter_of_it(
     # run mid-schedule; timing ends at a quarter of the budget instead and the cosine anneals
     res = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 100, 3.0)
     assert 40 < res.steps < 100
-    last = _last_logged_lr(tmp_path / "run")
+    last = _logged(tmp_path / "run", "lr")[-1]
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3
 
 
@@ -245,7 +240,7 @@ def test_time_budget_hard_stop_still_exports(
     res = train(cfg, tmp_path / "run", progress=False)
     assert 1 <= res.steps < 20
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == res.steps
-    assert _budget_records(tmp_path / "run") == [
+    assert _logged(tmp_path / "run", "budget") == [
         {"step": res.steps, "budget": "reached", "planned_steps": 1000}
     ]
     assert (tmp_path / "run" / "last").is_dir()
