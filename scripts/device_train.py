@@ -3,11 +3,12 @@
 Run by `scripts/train_on_device.sh` on the lent GPU (docs/training-on-device.md), over the
 data that `scripts/prepare_device_data.py` packed into `device_data/`:
 
-1. Rain is synthesised on every core (`clearsight synth rain --preset mixed`) over the
-   carried backgrounds, and validation rain over the held-out ones.
+1. Rain is synthesised on every core (`clearsight synth rain --preset light`, the preset of
+   the run it continues; `--rain-preset`) over the carried backgrounds, and validation rain
+   over the held-out ones.
 2. Both runs then start together (each times its first steps beside the other, so the
    step budget `train.max_minutes` plans is what it gets):
-   - RESCAN resumes the committed run `checkpoints/derain-v2` (weights, Adam, step:
+   - RESCAN resumes the committed run `checkpoints/derain-v3` (weights, Adam, step:
      `clearsight train --resume`) on those pairs, fp32 as its config says (`train.amp:
      "off"`, the ConvGRU's setting, see configs/default-derain.yaml);
    - mbcnn-light starts from the shipped `default-demoire` (`model.init`) on the carried
@@ -43,7 +44,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 FILE_LIMIT = 16 * 2**20
 """The largest file the device tool brings back from $OUT."""
-DERAIN_RUN = REPO / "checkpoints" / "derain-v2"
+DERAIN_RUN = REPO / "checkpoints" / "derain-v3"
+"""The derain run a device leg continues: phase 5, light rain only (its README says why)."""
 
 
 class Report:
@@ -182,11 +184,11 @@ def derain_command(a: argparse.Namespace, run: Path, start_step: int, minutes: f
 
 
 def synth(a: argparse.Namespace, src: str, out: str, per_image: int, seed: int) -> int:
-    """`clearsight synth rain --preset mixed` in this process (one interpreter start less)."""
+    """`clearsight synth rain --preset PRESET` in this process (one interpreter start less)."""
     from clearsight.data.synth_rain import synth_rain_folder
 
     report = synth_rain_folder(
-        a.data / src, a.work / out, preset="mixed", per_image=per_image, seed=seed,
+        a.data / src, a.work / out, preset=a.rain_preset, per_image=per_image, seed=seed,
         workers=a.synth_workers,
     )  # fmt: skip
     return report.pairs
@@ -242,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=6.5, help="training budget per model")
     ap.add_argument("--deadline-minutes", type=float, default=9.3, help="whole run, backstop")
     ap.add_argument("--demoire-lr", type=float, default=3e-4)
+    ap.add_argument(
+        "--rain-preset",
+        default="light",
+        choices=("light", "heavy", "mixed"),
+        help="the rain the derain run trains on: keep the run's own (light)",
+    )
     ap.add_argument("--rain-per-image", type=int, default=8)
     ap.add_argument("--rain-seed", type=int, default=3, help="new rain each leg: change it")
     ap.add_argument("--synth-workers", type=int, default=os.cpu_count() or 1)
@@ -268,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     t = time.time()
     n_pairs = synth(a, "rain_bg", "rain_train", a.rain_per_image, a.rain_seed)
     n_val = synth(a, "rain_val_bg", "rain_val", 2, 1000 + a.rain_seed)
-    report.step("rain synthesised", pairs=n_pairs, val_pairs=n_val, minutes=_since(t))
+    report.step(
+        "rain synthesised", preset=a.rain_preset, pairs=n_pairs, val_pairs=n_val, minutes=_since(t)
+    )
 
     from clearsight.engine.checkpoint import load_checkpoint
 

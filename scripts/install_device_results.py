@@ -9,7 +9,7 @@ measures again with the model cards' commands on the full sets, on this machine:
 - demoire: the held-out pairs 0080-0099 at full size, preset netdisk (RGB PSNR, MS-SSIM and
   the Netdisk score).
 A candidate replaces the bundled weights only if its mean PSNR beats the shipped model's.
-The derain run's checkpoint and log replace `checkpoints/derain-v2/` (the run's latest
+The derain run's checkpoint and log replace `checkpoints/derain-v3/` (the run's latest
 state, kept whether or not its weights ship; `--no-checkpoint` skips that). It prints the
 figures and a leg row for the model card; the cards themselves are edited by hand.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "src" / "clearsight" / "assets" / "models"
-DERAIN_RUN = REPO / "checkpoints" / "derain-v2"
+DERAIN_RUN = REPO / "checkpoints" / "derain-v3"
 
 
 def card_figures(model: str, data: Path, preset: str) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", type=Path, help="the folder the device run's $OUT came back to")
     ap.add_argument("--rain100l", type=Path, help="Rain100L (rain/ + clean/)")
     ap.add_argument("--moire-val", type=Path, help="pairs 0080-0099 (moire/ + clean/)")
-    ap.add_argument("--no-checkpoint", action="store_true", help="keep checkpoints/derain-v2")
+    ap.add_argument("--no-checkpoint", action="store_true", help="keep checkpoints/derain-v3")
     ap.add_argument("--check-only", action="store_true", help="measure, replace nothing")
     a = ap.parse_args(argv)
 

@@ -110,6 +110,12 @@ def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
     steps = {s["step"]: s for s in report["steps"]}
     assert steps["demoire trained"]["to_step"] == 2
     assert steps["derain trained"]["to_step"] == steps["training started"]["derain_from_step"] + 2
+    # it continues phase 5 (light rain only) from the committed checkpoint, on its own rain
+    from clearsight.engine.checkpoint import load_checkpoint
+
+    phase5 = load_checkpoint(REPO_ROOT / "checkpoints" / "derain-v3")
+    assert steps["training started"]["derain_from_step"] == int(phase5["step"])
+    assert steps["rain synthesised"]["preset"] == "light"
     assert set(report["results"]) == {"derain", "demoire"}
     for r in report["results"].values():
         assert r["kept"] == (r["candidate_psnr"] > r["shipped_psnr"])
