@@ -31,6 +31,7 @@ from clearsight.models.registry import build_model, get_spec
 from clearsight.models.ssd_mobilenet_v1 import decode_boxes, encode_boxes
 from clearsight.zoo import resolve_model
 from tests.detect_train_utils import make_rectangles, ssd_config, ssd_raw
+from tests.train_utils import train_log
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,8 +151,7 @@ def test_detection_run_exports_an_artifact_that_detect_and_eval_load(
 ) -> None:
     res = train(ssd_config(rects), tmp_path, progress=False)
     assert set(res.val_metrics) == {"AP", "AP50", "AP75"}
-    log = [json.loads(x) for x in (tmp_path / "train_log.jsonl").open()]
-    assert any("val/AP" in r for r in log)
+    assert train_log(tmp_path, "val/AP")
     loaded = load_artifact(tmp_path / "last")
     cfg = loaded.config
     assert cfg.task == "detect" and cfg.class_ids == [1, 2]

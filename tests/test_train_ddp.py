@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from clearsight.engine.trainer import TrainResult, train
-from tests.train_utils import FakeClock, make_pairs, tiny_config
+from tests.train_utils import FakeClock, make_pairs, tiny_config, train_log
 
 
 def _free_port() -> int:
@@ -76,8 +76,7 @@ def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert (run / "checkpoint.pt").is_file() and (run / "best" / "config.json").is_file()
     # written by rank 0 only: one log line per log step
-    steps = [line for line in (run / "train_log.jsonl").read_text().splitlines() if "loss" in line]
-    assert len(steps) == 2
+    assert len(train_log(run, "loss")) == 2
 
 
 def _budget_worker(rank: int, world: int, port: int, data: str, out: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from clearsight.engine.trainer import TrainingDivergedError, TrainResult, train
 from clearsight.errors import ClearsightError
 from clearsight.losses import build_loss, rescan_loss
 from clearsight.metrics.presets import get_preset
-from tests.train_utils import FakeClock, make_pairs, tiny_config
+from tests.train_utils import FakeClock, make_pairs, tiny_config, train_log
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def test_resume_is_bit_exact(data: Path, tmp_path: Path) -> None:
         assert torch.equal(a["ema"][key], b["ema"][key]), key
     assert a["epoch"] == b["epoch"] and a["position"] == b["position"]
     # the log of the resumed run has each step once
-    steps = [json.loads(x)["step"] for x in (tmp_path / "b" / "train_log.jsonl").open()]
+    steps = [r["step"] for r in train_log(tmp_path / "b")]
     assert steps == sorted(steps) and steps.count(2) == 1
 
 
@@ -60,7 +59,7 @@ def test_artifacts_carry_provenance_and_evaluate(data: Path, tmp_path: Path) -> 
     loaded = load_artifact(tmp_path / "best")
     ev = evaluate(Restorer(loaded), find_pairs(data)[:2], get_preset(cfg.metric_preset))
     assert ev.summary()["psnr"]["mean"] == pytest.approx(res.val_metrics["psnr"], abs=1e-6)
-    lines = [json.loads(x) for x in (tmp_path / "train_log.jsonl").open()]
+    lines = train_log(tmp_path)
     assert {"step", "loss", "lr"} <= set(lines[0]) and any("val/psnr" in x for x in lines)
     assert any((tmp_path / "tensorboard").iterdir())
 
@@ -98,7 +97,7 @@ def test_nan_streak_rolls_back_at_half_lr(
     cfg = tiny_config(data, train={"nan_patience": 2, "max_rollbacks": 1})
     res = train(cfg, tmp_path, progress=False)
     assert res.rollbacks == 1 and res.lr_scale == 0.5 and res.steps == 8
-    log = [json.loads(x) for x in (tmp_path / "train_log.jsonl").open()]
+    log = train_log(tmp_path)
     assert {"step": 4, "rollback": 1, "lr_scale": 0.5} in log
     last = [x for x in log if "loss" in x][-1]
     assert last["step"] == 8 and last["lr"] == pytest.approx(2e-3 * 0.1 * 0.5)  # milestone, half
@@ -176,12 +175,6 @@ def _budgeted_run(
     return train(cfg, run, progress=False)
 
 
-def _logged(run: Path, key: str) -> list[dict]:
-    """The run's train-log records that carry `key`."""
-    with (run / "train_log.jsonl").open() as log:
-        return [r for r in map(json.loads, log) if key in r]
-
-
 def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,10 +182,10 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     assert 2 < res.steps < 1000
     saved = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert saved["config"]["train"]["steps"] == res.steps  # the cut budget is recorded
-    last = _logged(tmp_path / "run", "lr")[-1]
+    last = train_log(tmp_path / "run", "lr")[-1]
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3  # cosine nearly annealed
     assert (tmp_path / "run" / "last").is_dir()
-    cut = _logged(tmp_path / "run", "budget")[0]  # the decision is logged, not only shown
+    cut = train_log(tmp_path / "run", "budget")[0]  # the decision is logged, not only shown
     assert cut["budget"] == "cut" and cut["step"] == 2 and cut["planned_steps"] == 1000
     assert res.steps <= cut["fitted_steps"] < 1000
 
@@ -226,7 +219,7 @@ def test_time_budget_with_slow_steps_is_fitted_within_a_quarter_of_it(
     # run mid-schedule; timing ends at a quarter of the budget instead and the cosine anneals
     res = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 100, 3.0)
     assert 40 < res.steps < 100
-    last = _logged(tmp_path / "run", "lr")[-1]
+    last = train_log(tmp_path / "run", "lr")[-1]
     assert last["step"] == res.steps and last["lr"] < 0.1 * 2e-3
 
 
@@ -240,7 +233,7 @@ def test_time_budget_hard_stop_still_exports(
     res = train(cfg, tmp_path / "run", progress=False)
     assert 1 <= res.steps < 20
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == res.steps
-    assert _logged(tmp_path / "run", "budget") == [
+    assert train_log(tmp_path / "run", "budget") == [
         {"step": res.steps, "budget": "reached", "planned_steps": 1000}
     ]
     assert (tmp_path / "run" / "last").is_dir()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from clearsight.models import rescan_units
 from clearsight.models.mbcnn import MBCNN
 from clearsight.models.registry import build_model
 from clearsight.models.rescan import RESCAN
-from tests.train_utils import make_pairs, tiny_config, tiny_raw
+from tests.train_utils import make_pairs, tiny_config, tiny_raw, train_log
 
 CPU = torch.device("cpu")
 AVX2 = CpuFeatures("AVX2")
@@ -86,7 +85,7 @@ def test_the_run_uses_and_logs_the_detected_choice(
     cfg = config_from_dict(raw)
     train(cfg, tmp_path, progress=False)
     assert seen == [amp == "bf16"] * 2
-    first = json.loads((tmp_path / "train_log.jsonl").read_text().splitlines()[0])
+    first = train_log(tmp_path)[0]
     # channels-last measured faster on AVX-512 only (slower on AVX2): auto follows the CPU
     layout = "channels_last" if cpu.capability == "AVX512" else "contiguous"
     assert first["amp"] == amp and first["memory_format"] == layout
@@ -199,7 +198,7 @@ def test_resume_is_bit_exact_under_each_setting(
     assert opt_a.keys() == opt_b.keys() and opt_a
     for i in opt_a:
         assert torch.equal(opt_a[i]["exp_avg"], opt_b[i]["exp_avg"]), i
-    first = json.loads((tmp_path / "a" / "train_log.jsonl").read_text().splitlines()[0])
+    first = train_log(tmp_path / "a")[0]
     assert first["memory_format"] == memory_format and first["amp"] == amp
 
 
@@ -252,7 +251,7 @@ def test_compiled_training_matches_eager_and_resumes_exactly(data: Path, tmp_pat
     full = train(cfg, tmp_path / "a", progress=False)
     assert full.first_loss == pytest.approx(eager.first_loss, rel=1e-4)
     assert full.last_loss == pytest.approx(eager.last_loss, rel=1e-3)
-    first = json.loads((tmp_path / "a" / "train_log.jsonl").read_text().splitlines()[0])
+    first = train_log(tmp_path / "a")[0]
     assert first["compile"] == "on"
     half = tiny_config(data, train={**section, "compile": "on", "steps": 4})
     train(half, tmp_path / "b", progress=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,12 @@ def make_pairs(root: Path, n: int = 8, size: int = 24, seed: int = 0) -> Path:
         Image.fromarray(clean.astype(np.uint8)).save(root / "clean" / f"{i:03d}.png")
         Image.fromarray(rain.astype(np.uint8)).save(root / "rain" / f"{i:03d}.png")
     return root
+
+
+def train_log(run: Path, key: str | None = None) -> list[dict[str, Any]]:
+    """The records of `run/train_log.jsonl`, in order; with `key`, only those that carry it."""
+    with (run / "train_log.jsonl").open() as f:
+        return [r for r in map(json.loads, f) if key is None or key in r]
 
 
 def tiny_raw(data: Path, **sections: dict[str, Any]) -> dict[str, Any]:
