@@ -237,6 +237,8 @@ def bring_back(src: Path, dest: Path, files: tuple[str, ...], report: Report) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    from clearsight.data.synth_rain import PRESETS as RAIN_PRESETS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=REPO / "device_data")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "device_out")))
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rain-preset",
         default="light",
-        choices=("light", "heavy", "mixed"),
+        choices=RAIN_PRESETS,
         help="the rain the derain run trains on: keep the run's own (light)",
     )
     ap.add_argument("--rain-per-image", type=int, default=8)
