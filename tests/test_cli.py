@@ -206,3 +206,21 @@ def test_debug_flag_shows_the_traceback(tmp_path):
     )
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert res.stderr.strip().startswith("error:") and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_restoration_commands_never_import_torchvision(tmp_path):
+    """torchvision.ops imports torch._dynamo, seconds at every start (benchmarks/cli_startup.py):
+    only detection may pay for it, so a restoration command in a fresh interpreter must not."""
+    Image.fromarray(random_image(24, 20)).save(tmp_path / "x.png")
+    code = (
+        "import sys\n"
+        "from clearsight.cli import main\n"
+        f"sys.argv = ['clearsight', 'restore', '-m', 'default-derain', {str(tmp_path / 'x.png')!r},"
+        f" '-o', {str(tmp_path / 'out')!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('torchvision', 'torch._dynamo'))))\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "[]"
+    assert read_image(tmp_path / "out" / "x.png").shape == (24, 20, 3)

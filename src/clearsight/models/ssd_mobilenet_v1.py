@@ -19,7 +19,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torch import nn
 
 from clearsight.models.contract import DetectionModel
@@ -287,6 +286,10 @@ class SSDMobileNetV1(DetectionModel):
         IoU 0.6 and one class per box): each anchor keeps its best class and all boxes compete
         in one NMS. False: every (anchor, class) pair above the threshold, NMS per class.
         """
+        # imported here: torchvision.ops imports torch._dynamo (seconds), which every
+        # `clearsight` command would pay for at start-up through the model registry
+        from torchvision.ops import batched_nms, nms
+
         boxes, scores = self.decode(raw)
         scores = scores[..., 1:]
         out = []
@@ -295,11 +298,11 @@ class SSDMobileNetV1(DetectionModel):
                 best, labels = s.max(dim=1)
                 keep = best > score_threshold
                 b, best, labels = b[keep], best[keep], labels[keep]
-                idx = torchvision.ops.nms(b, best, iou_threshold)
+                idx = nms(b, best, iou_threshold)
             else:
                 anchor, labels = (s > score_threshold).nonzero(as_tuple=True)
                 b, best = b[anchor], s[anchor, labels]
-                idx = torchvision.ops.batched_nms(b, best, labels, iou_threshold)
+                idx = batched_nms(b, best, labels, iou_threshold)
             idx = idx[:max_detections]
             out.append({"boxes": b[idx], "scores": best[idx], "labels": labels[idx]})
         return out

@@ -22,7 +22,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchvision.ops import batched_nms
 
 from clearsight.models.contract import DetectionModel
 from clearsight.models.registry import register_model
@@ -297,6 +296,9 @@ class YOLOXNano(DetectionModel):
     ) -> list[dict[str, torch.Tensor]]:
         """Per image: `boxes` (xyxy, network-input pixels), `scores` (obj x best class score),
         `labels` (0..C-1), after class-wise NMS, best first, at most `max_detections`."""
+        # imported here, not at the top: see SSDMobileNetV1.postprocess
+        from torchvision.ops import batched_nms
+
         boxes = self.decode_boxes(raw, input_size)
         cls_score, labels = raw[..., 5:].max(dim=-1)
         scores = raw[..., 4] * cls_score
