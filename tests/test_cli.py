@@ -210,7 +210,8 @@ def test_debug_flag_shows_the_traceback(tmp_path):
 
 def test_restoration_commands_never_import_torchvision(tmp_path):
     """torchvision.ops imports torch._dynamo, seconds at every start (benchmarks/cli_startup.py):
-    only detection may pay for it, so a restoration command in a fresh interpreter must not."""
+    only detection may pay for it, so a restoration command in a fresh interpreter must not,
+    nor the trainer's modules (detection training imports its part on first use)."""
     Image.fromarray(random_image(24, 20)).save(tmp_path / "x.png")
     code = (
         "import sys\n"
@@ -218,6 +219,7 @@ def test_restoration_commands_never_import_torchvision(tmp_path):
         f"sys.argv = ['clearsight', 'restore', '-m', 'default-derain', {str(tmp_path / 'x.png')!r},"
         f" '-o', {str(tmp_path / 'out')!r}]\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "import clearsight.engine.trainer, clearsight.cli.train\n"
         "print(sorted(m for m in sys.modules if m.startswith(('torchvision', 'torch._dynamo'))))\n"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

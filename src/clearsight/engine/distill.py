@@ -42,7 +42,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
-from torchvision.ops import generalized_box_iou_loss
 
 from clearsight.artifact import LoadedModel
 from clearsight.engine.train_config import TrainConfig, TrainConfigError
@@ -279,6 +278,9 @@ class Distiller(nn.Module):
         sb, tb = s_boxes.float()[confident], t_boxes[confident]
         box = (sb - tb).abs().div(scale).sum() / n
         if sb.shape[0]:
+            # not at the top: torchvision.ops imports torch._dynamo (trainer._detect_train)
+            from torchvision.ops import generalized_box_iou_loss
+
             box = box + generalized_box_iou_loss(sb, tb, reduction="sum") / n
         return cls + box
 

@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,6 @@ from clearsight.atomic import atomic_write_text, sweep_leftovers
 from clearsight.compress import qat
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.data.paired import InputFolderDataset, PairedFolderDataset, SideBySideDataset
-from clearsight.engine import detect_train
 from clearsight.engine.checkpoint import (
     CHECKPOINT_FILE,
     CheckpointError,
@@ -308,6 +308,14 @@ class _BatchStream:
         return next(self._it)
 
 
+def _detect_train() -> ModuleType:
+    """`engine/detect_train.py`, imported on first use: it brings torchvision (and with it
+    torch._dynamo, seconds), which restoration training never needs (benchmarks/cli_startup.py)."""
+    from clearsight.engine import detect_train
+
+    return detect_train
+
+
 def lr_factor(cfg: TrainConfig, step: int) -> float:
     """The schedule as a pure function of the step: nothing to restore on resume."""
     s = cfg.schedule
@@ -440,7 +448,7 @@ class _Run:
                 "only detectors resize their input"
             )
         self.detect = (
-            detect_train.detection_setup(self.model, cfg, init)
+            _detect_train().detection_setup(self.model, cfg, init)
             if self.spec.task == "detect"
             else None
         )
@@ -471,7 +479,7 @@ class _Run:
             weight_decay=cfg.optim.weight_decay,
         )
         self.loss_fn = (
-            detect_train.build_detection_loss(cfg.loss.name, self.model)
+            _detect_train().build_detection_loss(cfg.loss.name, self.model)
             if self.detect is not None
             else build_loss(
                 cfg.loss.name,
@@ -505,14 +513,14 @@ class _Run:
 
     def _open_data(self, root: str, train: bool) -> Any:
         if self.detect is not None:
-            return detect_train.open_detection_data(self.cfg, root, self.detect, train)
+            return _detect_train().open_detection_data(self.cfg, root, self.detect, train)
         return _open_data(self.cfg, root, train)
 
     def _batch_to_device(self, inp: torch.Tensor, tgt: Any) -> tuple[torch.Tensor, Any]:
         """The batch on the device in the model's input space (detection data are already)."""
         inp = inp.to(self.d.device, non_blocking=True)
         if self.detect is not None:
-            return inp, detect_train.targets_to(tgt, self.d.device)
+            return inp, _detect_train().targets_to(tgt, self.d.device)
         inp = self.spec.preprocess.to_model(inp).contiguous(memory_format=self.memory_format)
         tgt = self.spec.preprocess.to_model(tgt.to(self.d.device, non_blocking=True))
         return inp, tgt.contiguous(memory_format=self.memory_format)
@@ -623,7 +631,7 @@ class _Run:
         model = self.export_model()
         if self.detect is not None:
             # every rank scores the whole (small) set: no collective to keep in step
-            return detect_train.validate_detector(
+            return _detect_train().validate_detector(
                 model,
                 self.detect.config(model, self.cfg),
                 self.val_ds,
@@ -831,8 +839,8 @@ class _Run:
             res.overfit_ok = res.last_loss <= OVERFIT_MARGIN * res.first_loss
             if self.detect is not None and fixed is not None:
                 inp, tgt = self._batch_to_device(*fixed)
-                res.overfit_ap = detect_train.batch_ap(self.export_model(), inp, tgt)
-                res.overfit_ok = res.overfit_ap >= detect_train.OVERFIT_AP
+                res.overfit_ap = _detect_train().batch_ap(self.export_model(), inp, tgt)
+                res.overfit_ok = res.overfit_ap >= _detect_train().OVERFIT_AP
         return res
 
     def agree(self, *values: float) -> tuple[float, ...]:
