@@ -147,25 +147,18 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 # -- memory in a fresh process ---------------------------------------------------------------
-def vm_hwm_mb() -> float:
-    """This process's peak resident set (VmHWM), in MB: unlike ru_maxrss it starts afresh
-    at exec, so a child's figure does not inherit its parent's."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0
-    return float("nan")
-
-
 def _probe(path: str, size: int, files: dict[str, str]) -> None:
     """Subprocess body: build `path`'s model, run it once at `size`, print the VmHWM."""
+    from clearsight.profile import peak_rss_mb  # VmHWM: a child's own peak, not its parent's
+
     warnings.simplefilter("ignore")
     run = _builders(files)[path]()
     x = test_image(size)
-    base = vm_hwm_mb()
+    base = peak_rss_mb()
     t0 = time.perf_counter()
     run(x)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"base_mb": base, "peak_mb": vm_hwm_mb(), "seconds": seconds}))
+    print(json.dumps({"base_mb": base, "peak_mb": peak_rss_mb(), "seconds": seconds}))
 
 
 def memory(path: str, size: int, threads: int, files: dict[str, str]) -> dict[str, float]:

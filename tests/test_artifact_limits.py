@@ -29,15 +29,16 @@ def _set_args(path: Path, **args: object) -> None:
 
 
 _LOAD_AND_MEASURE = """
-import resource, sys
+import sys
 from clearsight.artifact import load_artifact
 from clearsight.errors import ArtifactError
+from clearsight.profile import peak_rss_mb
 try:
     load_artifact(sys.argv[1])
     print("loaded")
 except ArtifactError as exc:
     print(exc)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # MiB on Linux
+print(int(peak_rss_mb()))  # this process only, not the test process it started from
 """
 
 

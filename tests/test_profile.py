@@ -135,3 +135,23 @@ def test_benchmark_quick(tmp_path):
 def test_profile_worker_cli_error_for_unknown_model():
     r = runner.invoke(app, ["profile", "no-such-model"])
     assert r.exit_code == 1 and "unknown model 'no-such-model'" in r.output
+
+
+def test_peak_rss_of_a_child_is_its_own_not_its_parents():
+    """The memory figures are measured in subprocesses of the (large) command process: a
+    child's peak must not start at its parent's RSS, as ru_maxrss does after fork or vfork."""
+    import subprocess
+    import sys
+
+    from clearsight.profile import peak_rss_mb
+
+    ballast = np.ones(1536 * 2**20, np.uint8)  # 1.5 GiB, every page touched
+    parent = peak_rss_mb()
+    code = "from clearsight.profile import peak_rss_mb; print(peak_rss_mb())"
+    child = float(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert ballast[-1] == 1 and parent >= 1536
+    assert 10 < child < parent - 1024, (child, parent)

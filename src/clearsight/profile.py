@@ -143,8 +143,16 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def peak_rss_mb() -> float:
+    """This process's peak resident set in MiB: VmHWM on Linux, which starts afresh at exec.
+    ru_maxrss does not: a child started by fork or vfork reports at least its parent's RSS,
+    so a measuring subprocess of a large process would measure its parent."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024.0
 
 
 def _time_sizes(
@@ -168,7 +176,7 @@ def _time_sizes(
         row: dict[str, Any] = {"size": f"{h}x{w}", "latency_ms": statistics.median(times)}
         row["runs_ms"] = times
         if memory:
-            row["peak_mb"] = max(0.0, _peak_rss_mb() - base)
+            row["peak_mb"] = max(0.0, peak_rss_mb() - base)
         rows.append(row)
     return rows
 
