@@ -12,9 +12,11 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,32 @@ from clearsight.scale.inputs import WorkItem
 from clearsight.scale.ray_engine import BatchFn, ItemResult
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+RAY_NICENESS = "RAY_worker_niceness"  # Ray's spelling of its config variable
 BAD = {"broken.png": b"\x89PNG\r\n\x1a\n truncated", "sub/text.jpg": b"not a jpeg at all"}
+
+
+@contextmanager
+def local_ray(test_module: str) -> Iterator[None]:
+    """A local Ray of 2 CPUs for one test module, whose own tasks travel to the workers by
+    value (tests/ is not importable there). Its workers run at the tests' priority: Ray starts
+    them at nice 15, and beside another busy test process (`pytest -n`) they starve."""
+    import ray
+
+    saved = os.environ.get(RAY_NICENESS)
+    os.environ[RAY_NICENESS] = "0"  # read by the raylet that ray.init starts
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    finally:
+        if saved is None:
+            del os.environ[RAY_NICENESS]
+        else:
+            os.environ[RAY_NICENESS] = saved
+    ray.cloudpickle.register_pickle_by_value(sys.modules[test_module])
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 def make_detect_inputs(root: Path) -> tuple[Path, Path, Path]:

@@ -9,7 +9,6 @@ One Ray for the module; the bundled detector on a few small images.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,12 +44,8 @@ N_GOOD = 6
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # the test's slow task travels to the workers by value (tests/ is not importable)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(scale_utils)
-    yield
-    ray.shutdown()
+    with scale_utils.local_ray(__name__):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ One Ray for the module; tiny images and the `identity` model keep it near a minu
 from __future__ import annotations
 
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +30,8 @@ BAD = {"broken.png": b"\x89PNG\r\n\x1a\n truncated", "sub/text.jpg": b"not a jpe
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # the test's slow task travels to the workers by value (tests/ is not importable)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(scale_utils)
-    yield
-    ray.shutdown()
+    with scale_utils.local_ray(__name__):
+        yield
 
 
 @pytest.fixture(scope="module")
