@@ -9,6 +9,14 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+if os.environ.get("PYTEST_XDIST_WORKER") and "OMP_NUM_THREADS" not in os.environ:
+    # `pytest -n N` (pytest-xdist): N workers share the cores, so each gets its share of the
+    # threads instead of all of them; set before any test imports torch, inherited by the
+    # commands the tests start. Oversubscribed, torch's threads wait on each other.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (cores or 1) // workers))
+
 
 def shared_data_dir() -> Path:
     """`../shared/data` beside the checkout, or $CLEARSIGHT_SHARED_DATA."""
