@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -40,15 +41,8 @@ def local_ray(test_module: str) -> Iterator[None]:
     them at nice 15, and beside another busy test process (`pytest -n`) they starve."""
     import ray
 
-    saved = os.environ.get(RAY_NICENESS)
-    os.environ[RAY_NICENESS] = "0"  # read by the raylet that ray.init starts
-    try:
+    with mock.patch.dict(os.environ, {RAY_NICENESS: "0"}):  # read by the raylet ray.init starts
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    finally:
-        if saved is None:
-            del os.environ[RAY_NICENESS]
-        else:
-            os.environ[RAY_NICENESS] = saved
     ray.cloudpickle.register_pickle_by_value(sys.modules[test_module])
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     try:
