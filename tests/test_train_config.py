@@ -38,6 +38,12 @@ def test_defaults_and_roundtrip() -> None:
         ({"loss": {"name": "l3"}}, "loss.name"),
         ({"train": {"steps": 0}}, "train.steps: must be > 0"),
         ({"train": {"ema_decay": 1.0}}, "train.ema_decay"),
+        ({"schedule": {"restart_step": 4}}, "only the cosine schedule restarts"),
+        ({"schedule": {"name": "cosine", "restart_step": -1}}, "restart_step: must be >= 0"),
+        (
+            {"schedule": {"name": "cosine", "restart_step": 10}, "train": {"steps": 10}},
+            "restart_step: must be below train.steps",
+        ),
         ({"schedule": {"milestones": [5, 2]}}, "schedule.milestones: must be increasing"),
     ],
 )

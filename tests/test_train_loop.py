@@ -14,6 +14,7 @@ from clearsight.engine import trainer
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.evaluate import evaluate
 from clearsight.engine.inference import Restorer
+from clearsight.engine.train_config import config_from_dict
 from clearsight.engine.trainer import TrainingDivergedError, TrainResult, train
 from clearsight.errors import ClearsightError
 from clearsight.losses import build_loss, rescan_loss
@@ -188,6 +189,38 @@ def test_time_budget_cuts_the_steps_so_the_schedule_completes(
     cut = train_log(tmp_path / "run", "budget")[0]  # the decision is logged, not only shown
     assert cut["budget"] == "cut" and cut["step"] == 2 and cut["planned_steps"] == 1000
     assert res.steps <= cut["fitted_steps"] < 1000
+
+
+def test_restart_step_gives_a_cosine_from_optim_lr_to_min_lr_over_its_span() -> None:
+    cfg = config_from_dict(
+        {
+            "optim": {"lr": 1e-3},
+            "schedule": {"name": "cosine", "warmup_steps": 10, "min_lr": 1e-5, "restart_step": 600},
+            "train": {"steps": 1000},
+        }
+    )
+    lr = [cfg.optim.lr * trainer.lr_factor(cfg, s) for s in range(1001)]
+    assert lr[4] == pytest.approx(5e-4)  # warm-up as before
+    assert lr[10] == lr[599] == lr[600] == pytest.approx(1e-3)  # flat until the restart
+    assert lr[800] == pytest.approx((1e-3 + 1e-5) / 2)  # half-way down its own span
+    assert lr[1000] == pytest.approx(1e-5)
+    assert all(a >= b for a, b in zip(lr[600:], lr[601:], strict=False))
+
+
+def test_restart_step_restarts_a_resumed_legs_cosine_whatever_its_budget_fits(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 2, 0.5)
+    cfg = tiny_config(
+        data,
+        train={"steps": 5000, "max_minutes": 0.5, "val_every": 5000, "ckpt_every": 5000},
+        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": [], "restart_step": first.steps},
+    )
+    res = train(cfg, tmp_path / "run", resume=True, progress=False)
+    assert first.steps < res.steps < 5000  # the budget cut the leg
+    leg = [r for r in train_log(tmp_path / "run", "lr") if r["step"] > first.steps]
+    assert leg[0]["lr"] > 0.9 * 2e-3  # back near optim.lr, not where 5000 steps would put it
+    assert leg[-1]["step"] == res.steps and leg[-1]["lr"] < 0.1 * 2e-3  # annealed in budget
 
 
 class _SpikyClock(FakeClock):

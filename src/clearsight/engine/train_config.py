@@ -96,6 +96,11 @@ class ScheduleConfig:
     gamma: float = 0.1
     warmup_steps: int = 0
     min_lr: float = 0.0
+    restart_step: int = 0
+    """cosine: the cosine starts again from `optim.lr` at this step and ends at `train.steps`;
+    before it the LR stays at `optim.lr`. For a resumed leg, the step it resumes from gives a
+    warm restart whose height does not depend on how many steps its time budget fits (with 0,
+    one cosine spans the whole run and a budget cut moves every step along it)."""
 
 
 @dataclass
@@ -222,6 +227,7 @@ POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.na
 POSITIVE |= {"optim.lr"}
 NON_NEGATIVE = {"data.workers", "train.max_rollbacks", "val.max_images", "train.clip_grad_norm"}
 NON_NEGATIVE |= {"optim.weight_decay", "schedule.warmup_steps", "schedule.min_lr"}
+NON_NEGATIVE |= {"schedule.restart_step"}
 NON_NEGATIVE |= {"train.max_minutes", "distill.weight", "distill.task_weight"}
 NON_NEGATIVE |= {"distill.feature_weight"}
 POSITIVE |= {"distill.temperature"}
@@ -322,6 +328,16 @@ def _check_values(cfg: TrainConfig) -> None:
         raise TrainConfigError(f"optim.betas: expected 2 values, got {len(cfg.optim.betas)}")
     if sorted(cfg.schedule.milestones) != cfg.schedule.milestones:
         raise TrainConfigError("schedule.milestones: must be increasing")
+    restart = cfg.schedule.restart_step
+    if restart and cfg.schedule.name != "cosine":
+        raise TrainConfigError(
+            f"schedule.restart_step: only the cosine schedule restarts (schedule.name is "
+            f"{cfg.schedule.name!r})"
+        )
+    if restart >= cfg.train.steps:
+        raise TrainConfigError(
+            f"schedule.restart_step: must be below train.steps ({cfg.train.steps}), got {restart}"
+        )
     qat = cfg.train.qat
     if qat.backend not in ("x86", "fbgemm", "qnnpack"):
         raise TrainConfigError(

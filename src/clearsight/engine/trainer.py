@@ -323,7 +323,8 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
         return s.gamma ** sum(step >= m for m in s.milestones)
     if step < s.warmup_steps:
         return (step + 1) / s.warmup_steps
-    t = (step - s.warmup_steps) / max(1, cfg.train.steps - s.warmup_steps)
+    start = max(s.warmup_steps, s.restart_step)
+    t = max(0.0, (step - start) / max(1, cfg.train.steps - start))
     floor = s.min_lr / cfg.optim.lr
     return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
