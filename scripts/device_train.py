@@ -163,6 +163,9 @@ def derain_command(a: argparse.Namespace, run: Path, start_step: int, minutes: f
         "data.workers": a.loader_workers,
         "train.steps": start_step + 40_000,
         "train.max_minutes": round(minutes, 2),
+        # a cosine of its own from --derain-lr, whatever step the run has reached (README)
+        "schedule.restart_step": start_step,
+        "optim.lr": a.derain_lr,
         "train.val_every": 1000,
         "train.ckpt_every": 1000,
         "train.device": "auto",
@@ -246,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=6.5, help="training budget per model")
     ap.add_argument("--deadline-minutes", type=float, default=9.3, help="whole run, backstop")
     ap.add_argument("--demoire-lr", type=float, default=3e-4)
+    ap.add_argument(
+        "--derain-lr",
+        type=float,
+        default=1e-4,
+        help="where the resumed derain leg's cosine restarts (the run's own peak)",
+    )
     ap.add_argument(
         "--rain-preset",
         default="light",

@@ -116,6 +116,14 @@ def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
     phase5 = load_checkpoint(REPO_ROOT / "checkpoints" / "derain-v3")
     assert steps["training started"]["derain_from_step"] == int(phase5["step"])
     assert steps["rain synthesised"]["preset"] == "light"
+    # ...with a cosine of its own from --derain-lr (1e-4), not the old run's tail (1e-5)
+    start = int(phase5["step"])
+    logged = (out / "derain-run" / "train_log.jsonl").read_text().splitlines()
+    rows = [r for r in map(json.loads, logged) if "lr" in r]
+    before = [r["lr"] for r in rows if r["step"] <= start]
+    after = [r["lr"] for r in rows if r["step"] > start]
+    assert before and before[-1] < 2e-5
+    assert after and all(5e-5 < lr <= 1e-4 for lr in after)
     assert set(report["results"]) == {"derain", "demoire"}
     for r in report["results"].values():
         assert r["kept"] == (r["candidate_psnr"] > r["shipped_psnr"])
