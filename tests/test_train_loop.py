@@ -223,6 +223,24 @@ def test_restart_step_restarts_a_resumed_legs_cosine_whatever_its_budget_fits(
     assert leg[-1]["step"] == res.steps and leg[-1]["lr"] < 0.1 * 2e-3  # annealed in budget
 
 
+def test_restart_step_the_budget_never_reaches_is_warned_and_logged(
+    data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 2, 0.5)
+    cfg = tiny_config(
+        data,
+        train={"steps": 5000, "max_minutes": 0.5, "val_every": 5000, "ckpt_every": 5000},
+        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": [], "restart_step": 4000},
+    )
+    with pytest.warns(UserWarning, match=r"restart_step \(4000\).*without annealing"):
+        res = train(cfg, tmp_path / "run", resume=True, progress=False)
+    [warned] = train_log(tmp_path / "run", "warning")
+    assert warned["restart_step"] == 4000
+    assert first.steps < res.steps <= warned["fitted_steps"] < 4000
+    last = train_log(tmp_path / "run", "lr")[-1]
+    assert last["step"] == res.steps and last["lr"] == pytest.approx(2e-3)  # what it warns of
+
+
 class _SpikyClock(FakeClock):
     """A `FakeClock` whose 4th and 5th calls take 20 s each: a burst of other work."""
 

@@ -37,6 +37,7 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -875,6 +876,22 @@ class _Run:
         sched.milestones = [max(1, round(m * scale)) for m in sched.milestones]
         sched.warmup_steps = min(sched.warmup_steps, fits // 2)
         bar.note(f"time budget: {t.steps} steps cut to {fits} ({step_s * 1000:.0f} ms/step)")
+        if sched.name == "cosine" and fits <= sched.restart_step:
+            # the restart's cosine would begin after the leg ends: it stays at optim.lr
+            self.log(
+                {
+                    "step": self.step,
+                    "warning": "restart_step_not_reached",
+                    "restart_step": sched.restart_step,
+                    "fitted_steps": fits,
+                }
+            )
+            warnings.warn(
+                f"schedule.restart_step ({sched.restart_step}) is at or after the last step "
+                f"the time budget fits ({fits}): this leg ends at optim.lr without annealing; "
+                "set it to the step the leg resumes from",
+                stacklevel=2,
+            )
         t.steps = fits
         bar.set_total(fits)
 
