@@ -14,7 +14,7 @@ from clearsight.engine import trainer
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.evaluate import evaluate
 from clearsight.engine.inference import Restorer
-from clearsight.engine.train_config import config_from_dict
+from clearsight.engine.train_config import TrainConfig, config_from_dict
 from clearsight.engine.trainer import TrainingDivergedError, TrainResult, train
 from clearsight.errors import ClearsightError
 from clearsight.losses import build_loss, rescan_loss
@@ -207,15 +207,20 @@ def test_restart_step_gives_a_cosine_from_optim_lr_to_min_lr_over_its_span() -> 
     assert all(a >= b for a, b in zip(lr[600:], lr[601:], strict=False))
 
 
+def _budgeted_leg_config(data: Path, restart_step: int) -> TrainConfig:
+    """A resumed leg planned for 5000 steps whose 0.5-minute budget fits far fewer."""
+    return tiny_config(
+        data,
+        train={"steps": 5000, "max_minutes": 0.5, "val_every": 5000, "ckpt_every": 5000},
+        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": [], "restart_step": restart_step},
+    )
+
+
 def test_restart_step_restarts_a_resumed_legs_cosine_whatever_its_budget_fits(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 2, 0.5)
-    cfg = tiny_config(
-        data,
-        train={"steps": 5000, "max_minutes": 0.5, "val_every": 5000, "ckpt_every": 5000},
-        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": [], "restart_step": first.steps},
-    )
+    cfg = _budgeted_leg_config(data, restart_step=first.steps)
     res = train(cfg, tmp_path / "run", resume=True, progress=False)
     assert first.steps < res.steps < 5000  # the budget cut the leg
     leg = [r for r in train_log(tmp_path / "run", "lr") if r["step"] > first.steps]
@@ -227,11 +232,7 @@ def test_restart_step_the_budget_never_reaches_is_warned_and_logged(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = _budgeted_run(data, tmp_path / "run", monkeypatch, FakeClock(), 2, 0.5)
-    cfg = tiny_config(
-        data,
-        train={"steps": 5000, "max_minutes": 0.5, "val_every": 5000, "ckpt_every": 5000},
-        schedule={"name": "cosine", "min_lr": 1e-5, "milestones": [], "restart_step": 4000},
-    )
+    cfg = _budgeted_leg_config(data, restart_step=4000)
     with pytest.warns(UserWarning, match=r"restart_step \(4000\).*without annealing"):
         res = train(cfg, tmp_path / "run", resume=True, progress=False)
     [warned] = train_log(tmp_path / "run", "warning")
