@@ -273,6 +273,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(moire)} moire pairs at {m_side}px, {len(val)} val crops, "
         f"{len(rain)} rain backgrounds at {r_side}px, {len(rain_val)} held out"
     )
+    if m_side < MAX_MOIRE_CROP and not (args.budget_mib or args.limit):
+        print(
+            f"warning: the moire crops are {m_side}px, under the {MAX_MOIRE_CROP}-pixel training "
+            f"patch, because the tree sends {tree / mib:.2f} MiB; make room with a slim branch "
+            "(docs/training-on-device.md, 'A slim tree') and prepare again",
+            file=sys.stderr,
+        )
     return 0
 
 
