@@ -14,6 +14,9 @@ data that `scripts/prepare_device_data.py` packed into `device_data/`:
    - mbcnn-light starts from the shipped `default-demoire` (`model.init`) on the carried
      moiré crops (`configs/default-demoire.yaml` with `model.args.tone_head=true`, as the
      shipped v2 has it; bf16 autocast on CUDA, a fresh cosine from `--demoire-lr`).
+   `--only derain` (or `--only demoire`) trains one of them alone, with the whole GPU and
+   every loader worker: the demoiré legs of 2026-12-04 came back below the shipped model,
+   so the derain run can have the call to itself.
 3. The last weights of each run (never a selected best) and the shipped model are scored on
    the same validation set (`clearsight.api.evaluate`, as `clearsight eval` does); the
    candidate comes back only when its mean PSNR beats the shipped one.
@@ -46,6 +49,8 @@ FILE_LIMIT = 16 * 2**20
 """The largest file the device tool brings back from $OUT."""
 DERAIN_RUN = REPO / "checkpoints" / "derain-v3"
 """The derain run a device leg continues: phase 5, light rain only (its README says why)."""
+MODELS = ("derain", "demoire")
+"""What one call trains; `--only` picks one of them."""
 
 
 class Report:
@@ -265,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rain-seed", type=int, default=3, help="new rain each leg: change it")
     ap.add_argument("--synth-workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--loader-workers", type=int, default=6)
+    ap.add_argument(
+        "--only",
+        choices=MODELS,
+        default=None,
+        help="train one model and give it the whole GPU (default: both side by side)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="CPU, 2 steps each, tiny batches")
     a = ap.parse_args(argv)
     a.data = a.data.resolve()
@@ -284,31 +295,42 @@ def main(argv: list[str] | None = None) -> int:
     report.step("start")
 
     demoire_run, derain_run = a.work / "demoire", a.work / "derain"
-    t = time.time()
-    n_pairs = synth(a, "rain_bg", "rain_train", a.rain_per_image, a.rain_seed)
-    n_val = synth(a, "rain_val_bg", "rain_val", 2, 1000 + a.rain_seed)
-    report.step(
-        "rain synthesised", preset=a.rain_preset, pairs=n_pairs, val_pairs=n_val, minutes=_since(t)
-    )
-
+    models = (a.only,) if a.only else MODELS
     from clearsight.engine.checkpoint import load_checkpoint
 
-    derain_run.mkdir(parents=True)
-    for f in ("checkpoint.pt", "train_log.jsonl"):
-        if (DERAIN_RUN / f).is_file():
-            shutil.copy2(DERAIN_RUN / f, derain_run / f)
-    start_step = int(load_checkpoint(derain_run)["step"])
+    commands = {}
+    if "derain" in models:
+        t = time.time()
+        n_pairs = synth(a, "rain_bg", "rain_train", a.rain_per_image, a.rain_seed)
+        n_val = synth(a, "rain_val_bg", "rain_val", 2, 1000 + a.rain_seed)
+        report.step(
+            "rain synthesised",
+            preset=a.rain_preset,
+            pairs=n_pairs,
+            val_pairs=n_val,
+            minutes=_since(t),
+        )
+        derain_run.mkdir(parents=True)
+        for f in ("checkpoint.pt", "train_log.jsonl"):
+            if (DERAIN_RUN / f).is_file():
+                shutil.copy2(DERAIN_RUN / f, derain_run / f)
+        start_step = int(load_checkpoint(derain_run)["step"])
+        commands["derain"] = derain_command(a, derain_run, start_step, a.minutes)
+    else:
+        start_step = None
+    if "demoire" in models:
+        commands["demoire"] = demoire_command(a, manifest, demoire_run)
     # Both start together, so each times its first steps (train.max_minutes) while the other
     # also runs: the step budget each one plans is what it gets beside the other.
     t = time.time()
     procs = {}
-    for name, cmd in (
-        ("demoire", demoire_command(a, manifest, demoire_run)),
-        ("derain", derain_command(a, derain_run, start_step, a.minutes)),
-    ):
+    for name, cmd in sorted(commands.items()):
         log = open(a.work / f"{name}.log", "w")  # noqa: SIM115
         procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    report.step("training started", budget_minutes=a.minutes, derain_from_step=start_step)
+    report.step(
+        "training started", models=list(models), budget_minutes=a.minutes,
+        derain_from_step=start_step,
+    )  # fmt: skip
     # a backstop under the command's 10-minute limit: scoring and copying need the last minute
     stop_at = report.t0 + (a.deadline_minutes - 1.0) * 60
     rc = {}
@@ -319,7 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             p.terminate()
             rc[name] = p.wait()
             report.step(f"{name} stopped at the deadline", rc=rc[name])
-    for name, run in (("demoire", demoire_run), ("derain", derain_run)):
+    runs = {"demoire": demoire_run, "derain": derain_run}
+    for name in procs:
+        run = runs[name]
         step = int(load_checkpoint(run)["step"]) if (run / "checkpoint.pt").is_file() else None
         report.step(
             f"{name} trained",
@@ -328,21 +352,24 @@ def main(argv: list[str] | None = None) -> int:
             minutes=_since(t),
             log_tail=_log_tail(run / "train_log.jsonl"),
         )
-    rc_dm, rc_dr = rc["demoire"], rc["derain"]
-    for name, log in (("derain", a.work / "derain.log"), ("demoire", a.work / "demoire.log")):
-        report.data[f"{name}_output_tail"] = log.read_text()[-3000:]
+    for name in procs:
+        report.data[f"{name}_output_tail"] = (a.work / f"{name}.log").read_text()[-3000:]
 
     results, files = {}, []
-    files += bring_back(
-        derain_run, a.out / "derain-run", ("checkpoint.pt", "train_log.jsonl"), report
-    )
+    if "derain" in procs:
+        files += bring_back(
+            derain_run, a.out / "derain-run", ("checkpoint.pt", "train_log.jsonl"), report
+        )
     jobs = (
-        ("derain", "default-derain", derain_run, a.work / "rain_val", "y-matlab", rc_dr),
-        ("demoire", "default-demoire", demoire_run, a.data / "moire_val", "rgb", rc_dm),
+        ("derain", "default-derain", derain_run, a.work / "rain_val", "y-matlab"),
+        ("demoire", "default-demoire", demoire_run, a.data / "moire_val", "rgb"),
     )
-    for name, bundled, run, val, preset, rc in jobs:
-        if rc != 0 or not (run / "last").is_dir():
-            report.step(f"{name}: no candidate", rc=rc)
+    for name, bundled, run, val, preset in jobs:
+        if name not in procs:
+            continue
+        rc_run = rc[name]
+        if rc_run != 0 or not (run / "last").is_dir():
+            report.step(f"{name}: no candidate", rc=rc_run)
             continue
         r = compare(name, bundled, run / "last", val, preset, device)
         results[name] = r
@@ -354,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             files += got
     report.data["files"] = files
     report.step("done", files=files)
-    return 0 if rc_dr == 0 and rc_dm == 0 else 1
+    return 0 if all(v == 0 for v in rc.values()) else 1
 
 
 if __name__ == "__main__":

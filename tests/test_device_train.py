@@ -88,9 +88,8 @@ def test_prepare_is_seeded_and_fails_over_budget(sources, tmp_path):
         _prepare(sources, tmp_path / "c", 0.02)
 
 
-def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
-    data, out = tmp_path / "device_data", tmp_path / "out"
-    _prepare(sources, data, 1)
+def _dry_run(data: Path, out: Path, work: Path, *extra: str) -> tuple[dict, dict]:
+    """`train_on_device.sh --dry-run EXTRA` over `data`; its environment and report."""
     env = os.environ | {
         "OUT": str(out),
         "DEVICE_DATA": str(data),
@@ -98,7 +97,7 @@ def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
         "OMP_NUM_THREADS": "1",
     }
     proc = subprocess.run(
-        ["bash", str(SCRIPTS / "train_on_device.sh"), "--dry-run", "--work", str(tmp_path / "w")],
+        ["bash", str(SCRIPTS / "train_on_device.sh"), "--dry-run", "--work", str(work), *extra],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -106,7 +105,13 @@ def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    report = json.loads((out / "report.json").read_text())
+    return env, json.loads((out / "report.json").read_text())
+
+
+def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
+    data, out = tmp_path / "device_data", tmp_path / "out"
+    _prepare(sources, data, 1)
+    env, report = _dry_run(data, out, tmp_path / "w")
     steps = {s["step"]: s for s in report["steps"]}
     assert steps["demoire trained"]["to_step"] == 2
     assert steps["derain trained"]["to_step"] == steps["training started"]["derain_from_step"] + 2
@@ -154,6 +159,20 @@ def test_dry_run_writes_what_the_device_run_brings_back(sources, tmp_path):
     if report["results"]["demoire"]["kept"]:
         assert "demoire: candidate" in check.stdout
     assert "derain" in check.stdout
+
+
+def test_only_derain_trains_and_scores_the_derain_run_alone(sources, tmp_path):
+    data, out = tmp_path / "device_data", tmp_path / "out"
+    _prepare(sources, data, 1)
+    _, report = _dry_run(data, out, tmp_path / "w", "--only", "derain")
+    steps = {s["step"]: s for s in report["steps"]}
+    assert steps["training started"]["models"] == ["derain"]
+    assert steps["derain trained"]["to_step"] == steps["training started"]["derain_from_step"] + 2
+    assert not any(s["step"].startswith("demoire") for s in report["steps"])
+    assert set(report["results"]) == {"derain"}
+    assert (out / "derain-run" / "checkpoint.pt").is_file()
+    assert not (out / "demoire-candidate").exists()
+    assert not (tmp_path / "w" / "demoire").exists()
 
 
 def test_install_keeps_the_bundled_name_and_refuses_another_architecture(tmp_path):
