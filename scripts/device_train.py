@@ -320,8 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         start_step = None
     if "demoire" in models:
         commands["demoire"] = demoire_command(a, manifest, demoire_run)
-    # Both start together, so each times its first steps (train.max_minutes) while the other
-    # also runs: the step budget each one plans is what it gets beside the other.
+    # Both start together (unless --only), so each times its first steps (train.max_minutes)
+    # while the other also runs: the step budget each one plans is what it gets beside it.
     t = time.time()
     procs = {}
     for name, cmd in sorted(commands.items()):
