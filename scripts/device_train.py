@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     report.data["args"] = {k: str(v) for k, v in vars(a).items()}
     report.step("start")
 
-    demoire_run, derain_run = a.work / "demoire", a.work / "derain"
+    runs = {name: a.work / name for name in MODELS}  # each run's folder, named as the model
+    derain_run = runs["derain"]
     models = (a.only,) if a.only else MODELS
     from clearsight.engine.checkpoint import load_checkpoint
 
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         start_step = None
     if "demoire" in models:
-        commands["demoire"] = demoire_command(a, manifest, demoire_run)
+        commands["demoire"] = demoire_command(a, manifest, runs["demoire"])
     # Both start together (unless --only), so each times its first steps (train.max_minutes)
     # while the other also runs: the step budget each one plans is what it gets beside it.
     t = time.time()
@@ -341,7 +342,6 @@ def main(argv: list[str] | None = None) -> int:
             p.terminate()
             rc[name] = p.wait()
             report.step(f"{name} stopped at the deadline", rc=rc[name])
-    runs = {"demoire": demoire_run, "derain": derain_run}
     for name in procs:
         run = runs[name]
         step = int(load_checkpoint(run)["step"]) if (run / "checkpoint.pt").is_file() else None
@@ -352,7 +352,6 @@ def main(argv: list[str] | None = None) -> int:
             minutes=_since(t),
             log_tail=_log_tail(run / "train_log.jsonl"),
         )
-    for name in procs:
         report.data[f"{name}_output_tail"] = (a.work / f"{name}.log").read_text()[-3000:]
 
     results, files = {}, []
@@ -361,13 +360,13 @@ def main(argv: list[str] | None = None) -> int:
             derain_run, a.out / "derain-run", ("checkpoint.pt", "train_log.jsonl"), report
         )
     jobs = (
-        ("derain", "default-derain", derain_run, a.work / "rain_val", "y-matlab"),
-        ("demoire", "default-demoire", demoire_run, a.data / "moire_val", "rgb"),
+        ("derain", "default-derain", a.work / "rain_val", "y-matlab"),
+        ("demoire", "default-demoire", a.data / "moire_val", "rgb"),
     )
-    for name, bundled, run, val, preset in jobs:
+    for name, bundled, val, preset in jobs:
         if name not in procs:
             continue
-        rc_run = rc[name]
+        run, rc_run = runs[name], rc[name]
         if rc_run != 0 or not (run / "last").is_dir():
             report.step(f"{name}: no candidate", rc=rc_run)
             continue
