@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if a.dry_run else "cuda"
     manifest = json.loads((a.data / "manifest.json").read_text())
     report = Report(a.out)
-    report.data.update({"env": _env(), "manifest": manifest, "args": vars(a) | {}})
+    report.data.update({"env": _env(), "manifest": manifest})
     report.data["args"] = {k: str(v) for k, v in vars(a).items()}
     report.step("start")
 
