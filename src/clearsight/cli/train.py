@@ -39,7 +39,7 @@ def train_cmd(
     import os
 
     from clearsight.api import train
-    from clearsight.engine.trainer import OVERFIT_MARGIN
+    from clearsight.engine.restore_train import OVERFIT_MARGIN
 
     result = train(
         config,
