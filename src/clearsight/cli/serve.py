@@ -19,7 +19,9 @@ def serve_cmd(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind (loopback unless you say otherwise).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", help="TCP port, 0 to 65535 (0: any free port).")
+    ] = 8000,
     models: Annotated[
         str,
         typer.Option(
