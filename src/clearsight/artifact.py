@@ -29,6 +29,7 @@ from torch import nn
 from clearsight._version import __version__
 from clearsight.atomic import atomic_dir, atomic_path
 from clearsight.errors import ArtifactError, ClearsightError
+from clearsight.families import Backend, Family, family_of
 from clearsight.models.registry import build_model, count_parameters, get_spec
 from clearsight.models.widths import Widths, WidthsError, apply_widths, changed_widths
 from clearsight.preprocess import PreprocessSpec
@@ -146,11 +147,29 @@ def _widths(v: Any, source: str) -> Widths:
 
 @dataclass
 class LoadedModel:
-    """A model ready for inference plus the config that describes it."""
+    """A model ready for inference plus the config that describes it.
+
+    Callers ask `family` and `backend`, never the model's class or the task string
+    (docs/architecture.md)."""
 
     model: nn.Module
     config: ModelConfig
     source: str
+    backend: Backend = Backend.TORCH
+    """What runs `model`; set where it is loaded (`runtime` for ONNX Runtime)."""
+
+    @property
+    def family(self) -> Family:
+        """The task family of the model (`clearsight/families.py`)."""
+        return family_of(self.config.task)
+
+    @property
+    def is_detector(self) -> bool:
+        return self.family is Family.DETECTION
+
+    @property
+    def on_onnxruntime(self) -> bool:
+        return self.backend is Backend.ONNXRUNTIME
 
 
 def make_config(

@@ -98,10 +98,9 @@ def benchmark_model(
 ) -> BenchmarkReport:
     """Benchmark `loaded` on the pairs in `data` through every row of `ROWS`."""
     from clearsight.data.pairs import find_pairs
-    from clearsight.engine.ort_backend import OrtModel
     from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
 
-    if isinstance(loaded.model, OrtModel):
+    if loaded.on_onnxruntime:
         from clearsight.errors import ClearsightError
 
         raise ClearsightError("benchmark needs a PyTorch model (artifact or architecture name)")
@@ -129,7 +128,9 @@ def benchmark_model(
     from clearsight.engine.ort_backend import load_onnx
 
     ort_loaded = load_onnx(onnx_bytes, source=f"{loaded.source} (onnxruntime)")
-    ort_loaded = LoadedModel(ort_loaded.model, loaded.config, ort_loaded.source)
+    ort_loaded = LoadedModel(
+        ort_loaded.model, loaded.config, ort_loaded.source, backend=ort_loaded.backend
+    )
     variants = [
         (ROWS[0], loaded, st_mb, ""),
         (ROWS[1], _channels_last(loaded), st_mb, ""),

@@ -22,7 +22,7 @@ from typing import Any
 
 from clearsight.errors import UnknownNameError
 
-__all__ = ["FAMILIES", "Family", "FamilyRow", "family_of", "row_for"]
+__all__ = ["FAMILIES", "Backend", "Family", "FamilyRow", "family_of", "row_for"]
 
 
 class Family(enum.Enum):
@@ -30,6 +30,14 @@ class Family(enum.Enum):
 
     RESTORATION = "restoration"
     DETECTION = "detection"
+
+
+class Backend(enum.Enum):
+    """What runs a loaded model (`LoadedModel.backend`, set once where it is loaded)."""
+
+    TORCH = "torch"
+    ONNXRUNTIME = "onnxruntime"
+    PADDLE = "paddle"
 
 
 @dataclass(frozen=True)

@@ -115,9 +115,7 @@ def count_macs(model: nn.Module, height: int = 256, width: int = 256) -> MacCoun
 def structure_of(loaded: LoadedModel) -> nn.Module:
     """A PyTorch module with the artifact's structure (an ONNX model is rebuilt from its
     config; MACs and parameter counts do not depend on the weights)."""
-    from clearsight.engine.ort_backend import OrtModel
-
-    if isinstance(loaded.model, OrtModel):  # at its real widths when pruned
+    if loaded.on_onnxruntime:  # at its real widths when pruned
         return build_from_config(loaded.config, source=loaded.source).eval()
     return loaded.model
 
@@ -220,7 +218,7 @@ def time_model(
     memory: bool = False,
 ) -> list[dict[str, Any]]:
     """`time_detector` for a detector, else `time_restorer`."""
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         return time_detector(loaded, sizes, runs, memory)
     return time_restorer(loaded, sizes, runs, tile, memory)
 
@@ -228,11 +226,8 @@ def time_model(
 @contextlib.contextmanager
 def _model_file(loaded: LoadedModel, backend: str) -> Iterator[Path]:
     """`loaded` as a file a subprocess can load: an artifact folder or an exported .onnx."""
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
-
     with tempfile.TemporaryDirectory(prefix="clearsight-profile-") as d:
-        is_onnx = isinstance(loaded.model, OrtModel | OrtDetector)
+        is_onnx = loaded.on_onnxruntime
         if backend == "onnxruntime" or is_onnx:
             if is_onnx:
                 src = Path(loaded.source)
@@ -343,10 +338,10 @@ def profile_model(
     `backends` defaults to torch for a PyTorch model and onnxruntime for an `.onnx` file
     (which has no PyTorch backend).
     """
-    from clearsight.engine.ort_backend import OrtModel, check_backend
+    from clearsight.engine.ort_backend import check_backend
     from clearsight.export.onnx import to_onnxruntime
 
-    is_onnx = isinstance(loaded.model, OrtModel)
+    is_onnx = loaded.on_onnxruntime
     backends = list(backends or (["onnxruntime"] if is_onnx else ["torch"]))
     for b in backends:
         check_backend(b)

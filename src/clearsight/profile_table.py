@@ -155,10 +155,7 @@ class ProfileTable(ScoredRun):
 
 # -- per-row figures ------------------------------------------------------------------------
 def _is_onnx(loaded: LoadedModel) -> bool:
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
-
-    return isinstance(loaded.model, OrtModel | OrtDetector)
+    return loaded.on_onnxruntime
 
 
 def _format(loaded: LoadedModel) -> str:
@@ -190,7 +187,7 @@ def file_mb(ref: str) -> float | None:
 
 
 def _working_size(loaded: LoadedModel, size: int | None) -> tuple[int, int]:
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         return tuple(int(v) for v in loaded.model.input_size)  # type: ignore[return-value]
     return (size or DEFAULT_RESTORE_SIZE,) * 2  # type: ignore[return-value]
 
@@ -326,10 +323,10 @@ def profile_models(
         warnings.simplefilter("ignore")
         models = [(ref, resolve_model(ref)) for ref in refs]
     kinds = {ref: lm.config.task for ref, lm in models}
-    if len({t == "detect" for t in kinds.values()}) > 1:
+    if len({lm.family for _, lm in models}) > 1:
         listing = ", ".join(f"{r} ({t})" for r, t in kinds.items())
         raise ClearsightError(f"profile: detectors and restoration models in one table: {listing}")
-    detect = models[0][1].config.task == "detect"
+    detect = models[0][1].is_detector
     preset_name = "" if detect else (preset or models[0][1].config.metric_preset)
     pairs: list[Any] = []
     if data is not None and not detect:

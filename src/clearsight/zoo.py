@@ -9,6 +9,7 @@ import torch
 
 from clearsight.artifact import LoadedModel, load_artifact, make_config, read_config
 from clearsight.errors import ClearsightError, UnknownNameError
+from clearsight.families import Family, family_of
 from clearsight.models.registry import build_model, get_spec, list_specs
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "models"
@@ -47,6 +48,11 @@ def model_task(ref: str) -> str:
         return get_spec(ref).task
     except ClearsightError:
         return resolve_model(ref).config.task  # raises the one-line "unknown model" error
+
+
+def model_family(ref: str) -> Family:
+    """The task family of `ref` (`clearsight/families.py`), without loading weights."""
+    return family_of(model_task(ref))
 
 
 def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:

@@ -293,22 +293,20 @@ def _metadata(data: bytes) -> dict[str, str]:
 def fp32_onnx(loaded: LoadedModel, layout: str | None = None) -> bytes:
     """The fp32 ONNX bytes of `loaded`: exported (parity-checked) from a PyTorch model, a
     detector in `layout` (default "decoded"), or the file an fp32 ONNX model was loaded from."""
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
 
     model = loaded.model
-    is_detector = loaded.config.task == "detect"
+    is_detector = loaded.is_detector
     if layout is not None and not is_detector:
         raise OptionError(
             "layout", f"applies to detectors; {loaded.source} is a {loaded.config.task!r} model"
         )
-    if isinstance(model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         if precision_of(model.export_info) != "fp32":
             raise QuantizeError(
                 f"{loaded.source} is already quantized ({precision_of(model.export_info)})"
             )
-        if isinstance(model, OrtDetector) and layout is not None and layout != model.layout:
+        if is_detector and layout is not None and layout != model.layout:
             raise OptionError(
                 "layout",
                 f"{loaded.source} is an ONNX export in the {model.layout!r} layout, not "
@@ -371,7 +369,7 @@ def quantize_model(
     options: QuantizeOptions | None = None,
 ) -> QuantizeResult:
     """Quantize `loaded` to int8; `calibration` is a folder of real images (static only)."""
-    detector = loaded.config.task == "detect"
+    detector = loaded.is_detector
     opts = (options or QuantizeOptions()).for_task(detector)
     paths: list[Path] = []
     if opts.method == "static":  # a bad folder fails before the export's minute

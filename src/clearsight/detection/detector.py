@@ -25,7 +25,6 @@ from torchvision.utils import draw_bounding_boxes
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 
@@ -97,14 +96,14 @@ class Detector:
 
     def __init__(self, loaded: LoadedModel, device: str | torch.device = "cpu") -> None:
         cfg = loaded.config
-        if cfg.task != "detect":
+        if not loaded.is_detector:
             raise ClearsightError(
                 f"model {loaded.source} is a {cfg.task!r} model, not a detector (task 'detect')"
             )
         self.loaded = loaded
         self.device = torch.device(device)
         self.model = loaded.model.to(self.device).eval()
-        if isinstance(self.model, OrtDetector):
+        if loaded.on_onnxruntime:
             self.model.check_runs_as_detector()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
         # labels, not class outputs: SSD's background output has no label (and no class id)

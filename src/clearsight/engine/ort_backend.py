@@ -50,6 +50,7 @@ import torch
 from clearsight.artifact import LoadedModel
 from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ArtifactError, ClearsightError
+from clearsight.families import Backend, Family, family_of
 from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
 from clearsight.onnx_meta import STATS_INPUT, read_onnx_metadata
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
@@ -350,13 +351,13 @@ def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -
         raise ArtifactError(f"{src}: not a readable ONNX model ({_one_line(exc)})") from None
     config, info = read_onnx_metadata(session, src)
     model: torch.nn.Module
-    if config.task == "detect":
+    if family_of(config.task) is Family.DETECTION:
         model = OrtDetector(
             session, info, src, config.architecture, config.arch_args, model_data=path
         )
     else:
         model = OrtModel(session, info, src, model_data=path)
-    return LoadedModel(model=model, config=config, source=src)
+    return LoadedModel(model=model, config=config, source=src, backend=Backend.ONNXRUNTIME)
 
 
 def check_backend(name: str) -> str:

@@ -45,7 +45,6 @@ from torch import nn
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_bytes
 from clearsight.engine.ort_backend import OrtModel, load_onnx, make_session
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ClearsightError
 from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult
 from clearsight.export.common import add_metadata as _add_metadata
@@ -237,9 +236,9 @@ def export_onnx_bytes(
 ) -> tuple[bytes, ParityResult]:
     """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`.
     A detector goes through `export/onnx_detect.py` in `layout` (default "decoded")."""
-    if isinstance(loaded.model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         raise ExportError(f"{loaded.source} is already an ONNX model")
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         return export_detection_bytes(loaded, layout or "decoded", tolerance=tolerance)
     if layout is not None:
         raise ExportError(
@@ -313,13 +312,13 @@ def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:
     """The same model run by ONNX Runtime: exported in memory (with its parity check)."""
     if str(device) != "cpu":
         raise ClearsightError(f"--backend onnxruntime runs on the CPU; got --device {device}")
-    if isinstance(loaded.model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         return loaded
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
     out = load_onnx(data, source=f"{loaded.source} (onnxruntime)")
-    return LoadedModel(model=out.model, config=loaded.config, source=out.source)
+    return LoadedModel(out.model, loaded.config, out.source, backend=out.backend)
 
 
 def default_output(model_ref: str, fmt: str, layout: str | None = None) -> Path:

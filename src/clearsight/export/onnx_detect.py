@@ -240,7 +240,7 @@ def export_detection_bytes(
     """Export the detector `loaded` in `layout` and check parity (see the module docstring);
     raises `ExportError` when ONNX Runtime disagrees."""
     layout = check_layout(layout)
-    if isinstance(loaded.model, OrtDetector):
+    if loaded.on_onnxruntime:
         raise ExportError(f"{loaded.source} is already an ONNX model")
     loaded.model.eval().to("cpu")
     graph, names, raw_names = _graph(loaded, layout)

@@ -276,13 +276,11 @@ def export_paddle(
     inference folder at `out`, parity-checked against PyTorch (or ONNX Runtime)."""
     import torch
 
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.models.contract import as_restoration_model
     from clearsight.preprocess import pad_to_multiple
 
     _need_paddle()
-    if isinstance(loaded.model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         return _export_onnx_model(loaded, out, parity_sizes, tolerance)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -362,12 +360,11 @@ def export_contest_paddle(
 
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
     from clearsight.detection.madds import count_madds
-    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.export.onnx import OPSET, _add_metadata
     from clearsight.onnx_meta import EXPORT_FORMAT_VERSION, metadata_props
 
     _need_paddle()
-    if loaded.config.task != "detect" or isinstance(loaded.model, OrtDetector):
+    if not loaded.is_detector or loaded.on_onnxruntime:
         raise ClearsightError(
             f"{loaded.source}: --layout astar with --format paddle needs a clearsight detector "
             "(artifact or bundled name), not a restoration model or an ONNX file"
