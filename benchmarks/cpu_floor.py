@@ -56,7 +56,7 @@ def ort_conv_session(cin: int, cout: int, dilation: int, threads: int) -> Any:
     """A one-Conv ONNX graph in the session `clearsight`'s ONNX Runtime backend makes."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from clearsight.engine.ort_backend import make_session
+    from clearsight.runtime.ort_backend import make_session
 
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((cout, cin, 3, 3)).astype(np.float32), "w")

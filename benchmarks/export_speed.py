@@ -11,7 +11,7 @@ sharing whole-image tone vectors). ONNX Runtime gets the model exported to a fil
 (parity-checked at 64x96 and 67x93); `onnxruntime untiled` runs it untiled (`--tile 0`).
 
 The `onnxruntime tiled` row (at the largest size, for RESCAN and MBCNN) makes ONNX Runtime
-tile with shared whole-image statistics (engine/ort_backend.py): tiles of the model's
+tile with shared whole-image statistics (runtime/ort_backend.py): tiles of the model's
 default tile size (512), statistics from an antialiased downscale to `--stats-pixels`
 (default 512x512, a 2x downscale at 1024x1024). That is what the Restorer does by default
 for RESCAN above 512x512; MBCNN's defaults (untiled up to 1 MP, statistics from up to 1 MP)

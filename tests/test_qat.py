@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from clearsight.artifact import load_artifact
-from clearsight.compress import qat
+from clearsight.engine import qat
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.inference import Restorer
 from clearsight.engine.train_config import TrainConfigError

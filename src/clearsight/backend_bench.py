@@ -125,7 +125,7 @@ def benchmark_model(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onnx_bytes, parity = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
-    from clearsight.engine.ort_backend import load_onnx
+    from clearsight.runtime.ort_backend import load_onnx
 
     ort_loaded = load_onnx(onnx_bytes, source=f"{loaded.source} (onnxruntime)")
     ort_loaded = LoadedModel(

@@ -338,8 +338,8 @@ def profile_model(
     `backends` defaults to torch for a PyTorch model and onnxruntime for an `.onnx` file
     (which has no PyTorch backend).
     """
-    from clearsight.engine.ort_backend import check_backend
     from clearsight.export.onnx import to_onnxruntime
+    from clearsight.runtime.ort_backend import check_backend
 
     is_onnx = loaded.on_onnxruntime
     backends = list(backends or (["onnxruntime"] if is_onnx else ["torch"]))

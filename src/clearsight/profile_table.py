@@ -161,7 +161,7 @@ def _is_onnx(loaded: LoadedModel) -> bool:
 def _format(loaded: LoadedModel) -> str:
     if not _is_onnx(loaded):
         return "pytorch"
-    from clearsight.compress.quantize import precision_of
+    from clearsight.export.onnx_precision import precision_of
 
     return f"onnx {precision_of(loaded.model.export_info)}"
 

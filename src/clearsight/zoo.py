@@ -64,7 +64,7 @@ def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -
     """
     path = Path(ref)
     if path.suffix.lower() == ".onnx" and path.is_file():
-        from clearsight.engine.ort_backend import load_onnx  # ONNX Runtime, CPU only
+        from clearsight.runtime.ort_backend import load_onnx  # ONNX Runtime, CPU only
 
         return load_onnx(path)
     if path.exists():

@@ -366,7 +366,7 @@ def _contest_runner(
     """What runs the contest batches, its MAdds, the report's note and the runtime: a
     clearsight detector behind `ContestAdapter`, an ONNX file exported with `--layout
     astar` (ONNX Runtime, MAdds counted on its graph), or a `ContestModel`."""
-    from clearsight.engine.ort_detect import OrtDetector
+    from clearsight.runtime.ort_detect import OrtDetector
 
     if config.task != "detect":
         raise ClearsightError(

@@ -135,8 +135,8 @@ class Detector:
         layout, parity-checked) and run by ONNX Runtime on the CPU, as restore's --backend.
         `precision="int8"`: `REF.int8.onnx` (`compress quantize`) on ONNX Runtime, as
         restore's --precision."""
-        from clearsight.engine.ort_backend import check_backend
         from clearsight.errors import OptionError
+        from clearsight.runtime.ort_backend import check_backend
         from clearsight.zoo import PRECISIONS, find_int8, resolve_model
 
         if precision not in PRECISIONS:

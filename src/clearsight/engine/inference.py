@@ -30,11 +30,11 @@ from clearsight.defaults import (
     MIN_TILE,
 )
 from clearsight.engine.backend_table import BackendChoice
-from clearsight.engine.ort_backend import BACKENDS
 from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
+from clearsight.runtime.ort_backend import BACKENDS
 from clearsight.tiling import Progress, tiled_apply
 from clearsight.zoo import PRECISIONS
 

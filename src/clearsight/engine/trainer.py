@@ -11,7 +11,7 @@ and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError
 skipped step is logged with where the NaN/inf was found (`TrainResult.nan_events`), and no
 checkpoint or artifact is ever written holding one.
 
-Quantization-aware training (`train.qat`, `clearsight/compress/qat.py`): the model trains
+Quantization-aware training (`train.qat`, `engine/qat.py`): the model trains
 with fake-quantized convolutions; a skipped step also undoes what its batch did to the
 quantizers' ranges, and the observers freeze at `train.qat.freeze_step`.
 
@@ -44,7 +44,7 @@ from torch import nn
 
 from clearsight.artifact import save_artifact
 from clearsight.atomic import sweep_leftovers
-from clearsight.compress import qat
+from clearsight.engine import qat
 from clearsight.engine.checkpoint import (
     CHECKPOINT_FILE,
     CheckpointError,
@@ -113,7 +113,7 @@ class _Run:
         self.model = build_model(cfg.model.arch, **cfg.model.args).to(d.device)
         init = init_from(self.model, cfg) if cfg.model.init else None
         self.qat = t.qat.enabled
-        if self.qat:  # fake-quantized convs (compress/qat.py); weights exported as fp32
+        if self.qat:  # fake-quantized convs (engine/qat.py); weights exported as fp32
             self.qat_freeze = t.qat.freeze_step or max(1, t.steps // 2)
             qat.prepare_qat_model(self.model, t.qat.backend)
         self.spec = get_spec(cfg.model.arch)
@@ -310,11 +310,12 @@ class _Run:
         cfg = self.task.artifact_config(model, provenance=prov, name=title)
         save_artifact(model, self.run_dir / name, cfg)
         if self.qat and name == "last":  # the int8 graph with the trained scales, beside it
-            from clearsight.compress.quantize import qat_int8_onnx, save_quantized_bytes
+            from clearsight.engine.qat_export import qat_int8_onnx
+            from clearsight.export.onnx_precision import save_onnx_bytes
             from clearsight.zoo import int8_path_for
 
             data = qat_int8_onnx(self.export_model(), cfg, f"{self.run_dir / name} (qat)")
-            save_quantized_bytes(data, int8_path_for(self.run_dir / name))
+            save_onnx_bytes(data, int8_path_for(self.run_dir / name))
 
     # -- the loop -------------------------------------------------------------------------
     def loop(self, bar: Any) -> TrainResult:

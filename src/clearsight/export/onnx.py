@@ -22,7 +22,7 @@ call order) and the metadata's `shared_stats` entry lists them with the tiling p
 From that the ONNX Runtime backend derives, at load time, a statistics graph (those values as
 outputs) and a tile graph (an extra input `global_stats` [N, sites, C] replacing them), so
 tiles share the whole image's statistics as PyTorch's tiled paths do (see
-`engine/ort_backend.py`). Both derived graphs are parity-checked here as well: the statistics
+`runtime/ort_backend.py`). Both derived graphs are parity-checked here as well: the statistics
 against PyTorch's, the tile graph with foreign statistics against PyTorch run with the same.
 
 `to_onnxruntime` (export in memory, then load) lives here, so the exporter imports the ONNX
@@ -44,7 +44,6 @@ from torch import nn
 
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_bytes
-from clearsight.engine.ort_backend import OrtModel, load_onnx, make_session
 from clearsight.errors import ClearsightError
 from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult
 from clearsight.export.common import add_metadata as _add_metadata
@@ -57,6 +56,7 @@ from clearsight.onnx_meta import (
     read_onnx_metadata,
 )
 from clearsight.preprocess import pad_to_multiple
+from clearsight.runtime.ort_backend import OrtModel, load_onnx, make_session
 
 FORMATS = ("onnx", "paddle")  # paddle: export/paddle.py
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))

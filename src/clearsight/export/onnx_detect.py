@@ -46,8 +46,6 @@ from clearsight.detection.astar import (
 )
 from clearsight.detection.coco_classes import COCO_IDS, COCO_NAMES
 from clearsight.detection.preprocess import prepare
-from clearsight.engine.ort_backend import make_session
-from clearsight.engine.ort_detect import LAYOUTS, OrtDetector
 from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult, add_metadata
 from clearsight.models.contract import DetectionModel
 from clearsight.onnx_meta import (
@@ -57,6 +55,8 @@ from clearsight.onnx_meta import (
     read_onnx_metadata,
 )
 from clearsight.preprocess import PreprocessSpec
+from clearsight.runtime.ort_backend import make_session
+from clearsight.runtime.ort_detect import LAYOUTS, OrtDetector
 
 SCENE_SIZES: tuple[tuple[int, int], ...] = ((480, 640), (427, 321))
 PARITY_SCORE_THRESHOLD = 0.01
