@@ -12,7 +12,7 @@ side by side in one run:
   (channels-last, oneDNN) and in ONNX Runtime (a one-node graph, the session options
   `clearsight` uses);
 
-then, from the models' MAC counts (`clearsight.profile.count_macs`), the time each would take
+then, from the models' MAC counts (`clearsight.measure.macs.count_macs`), the time each would take
 at `--size` if every MAC ran at the best measured rate. Median of `--runs` after a warm-up;
 1 MAC = 2 FLOP. The CPU may be shared: the load average is printed.
 """
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from clearsight.measure.macs import count_macs
 from clearsight.models.registry import build_model
-from clearsight.profile import count_macs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _tables import median_time, print_table  # noqa: E402 - beside this script

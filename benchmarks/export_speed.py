@@ -46,9 +46,10 @@ from pathlib import Path
 import torch
 
 from clearsight.errors import ClearsightError
+from clearsight.measure.macs import count_macs
 from clearsight.models.contract import as_restoration_model
 from clearsight.models.registry import list_specs
-from clearsight.profile import count_macs, measure_in_subprocess, run_json_worker, time_restorer
+from clearsight.profile import measure_in_subprocess, run_json_worker, time_restorer
 from clearsight.zoo import resolve_model
 
 TARGETS = {"rescan": (3.0, 1024.0), "mbcnn": (6.0, 3072.0), "mbcnn-light": (6.0, 3072.0)}

@@ -34,8 +34,8 @@ from clearsight.engine import trainer  # noqa: E402
 from clearsight.engine.train_stream import init_dist  # noqa: E402
 from clearsight.engine.trainer import train  # noqa: E402
 from clearsight.errors import ArtifactError, ClearsightError  # noqa: E402
+from clearsight.measure.macs import count_macs  # noqa: E402
 from clearsight.models.registry import build_model  # noqa: E402
-from clearsight.profile import count_macs  # noqa: E402
 from tests.train_utils import make_pairs, tiny_config  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -26,10 +26,10 @@ from clearsight.compress.quantize import (
 )
 from clearsight.detection.astar import contest_preprocess
 from clearsight.detection.detector import Detector
-from clearsight.detection.madds import count_madds_onnx
 from clearsight.detection.preprocess import prepare
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import read_image, write_image
+from clearsight.measure.madds import count_madds_onnx
 from clearsight.models.registry import build_model
 from clearsight.onnx_meta import CLASSES_KEY, CONFIG_KEY, EXPORT_KEY, PRECISION_KEY, PREPROCESS_KEY
 from clearsight.runtime.ort_backend import load_onnx

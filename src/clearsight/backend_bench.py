@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from clearsight.artifact import LoadedModel, save_artifact
-from clearsight.profile import ScoredRun, count_macs, structure_of, time_restorer
+from clearsight.measure.macs import count_macs
+from clearsight.profile import ScoredRun, structure_of, time_restorer
 
 ROWS = ("PyTorch eager", "PyTorch tuned (channels_last)", "ONNX Runtime fp32")
 

@@ -5,10 +5,10 @@ first (costs) and its differences from it (quality). Per row:
 
 - parameters, counted on the model's structure (an `.onnx` file, int8 included, is rebuilt
   from the config in its metadata, at its real widths when pruned);
-- restoration: MACs per pixel (`profile.count_macs` at 256x256: the count per pixel does not
+- restoration: MACs per pixel (`measure.macs.count_macs` at 256x256: the count per pixel does not
   depend on the size). Quantization changes the arithmetic's precision, not its amount, so
   an int8 model's MACs per pixel equal its fp32 model's;
-- detectors: the Astar contest's MAdds in millions (`detection/madds.py`): on the contest
+- detectors: the Astar contest's MAdds in millions (`measure/madds.py`): on the contest
   adapter at 300x300 for a PyTorch detector (as `astar-score` counts it), on the graph for an
   `.onnx` file; halved when the model is quantized, as the contest halved it;
 - file size: the `.onnx` file, or the artifact's `model.safetensors`;
@@ -39,7 +39,8 @@ import torch
 
 from clearsight.artifact import WEIGHTS_FILE, LoadedModel, build_from_config
 from clearsight.errors import ClearsightError
-from clearsight.profile import ScoredRun, count_macs, measure_in_subprocess, time_model
+from clearsight.measure.macs import count_macs
+from clearsight.profile import ScoredRun, measure_in_subprocess, time_model
 
 DEFAULT_RESTORE_SIZE = 512
 MAC_SIZE = (256, 256)
@@ -194,7 +195,7 @@ def _working_size(loaded: LoadedModel, size: int | None) -> tuple[int, int]:
 
 def _contest_madds(loaded: LoadedModel, row: ModelRow) -> None:
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
-    from clearsight.detection.madds import count_madds, count_madds_onnx
+    from clearsight.measure.madds import count_madds, count_madds_onnx
 
     try:
         if _is_onnx(loaded):

@@ -24,7 +24,7 @@ fed (`prepare_detection_image`), percentile ranges and 64 images by default, and
 kept fp32: the output path (box decode, sigmoids, score layout and the head's last
 convolutions) and the stem with the first block (`input_path_nodes`). Both were measured
 on YOLOX-Nano's contest mAP (docs/quantize.md); every other convolution is int8, so the
-contest's MAdds count halves all the same (`detection/madds.py`).
+contest's MAdds count halves all the same (`measure/madds.py`).
 
 The int8 file carries the fp32 export's metadata unchanged (`onnx_meta.py`: config,
 preprocessing spec, export info, so `load_model` and the ONNX Runtime backend read it as they

@@ -15,7 +15,7 @@ The contest's `score.py`, step by step, as reproduced here:
    and slightly overlapping boxes of one class suppress each other.
 5. Boxes clipped to [0, 1], scaled by the original width and height; labels 1..80 map to
    COCO's sorted category ids; mAP = COCOeval bbox stats[0].
-6. MAdds (`clearsight.detection.madds`), then the score: MAdds below 160 count as 160,
+6. MAdds (`clearsight.measure.madds`), then the score: MAdds below 160 count as 160,
    above 1300 the score is 0, else 100 * mAP - (5.1249 * ln(MAdds) - 14.499).
 
 `astar_score(model, data_dir)` returns an `AstarResult`; `AstarResult.to_dict()` is the
@@ -46,8 +46,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from clearsight.detection.coco_classes import COCO_IDS
-from clearsight.detection.madds import MAddsCount, count_madds, count_madds_onnx
 from clearsight.errors import ClearsightError
+from clearsight.measure.madds import MAddsCount, count_madds, count_madds_onnx
 
 CONTEST_SIZE = (300, 300)
 CONTEST_MEAN = 127.5

@@ -359,8 +359,8 @@ def export_contest_paddle(
     import torch
 
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
-    from clearsight.detection.madds import count_madds
     from clearsight.export.onnx import OPSET, _add_metadata
+    from clearsight.measure.madds import count_madds
     from clearsight.onnx_meta import EXPORT_FORMAT_VERSION, metadata_props
 
     _need_paddle()
@@ -423,7 +423,7 @@ def load_contest_paddle(folder: str | os.PathLike[str]) -> Any:
     `detection.astar.ContestModel`: run by Paddle Inference, MAdds as recorded at export."""
     from clearsight.artifact import ModelConfig
     from clearsight.detection.astar import ContestModel
-    from clearsight.detection.madds import MAddsCount
+    from clearsight.measure.madds import MAddsCount
     from clearsight.onnx_meta import CONFIG_KEY
 
     _need_paddle()
