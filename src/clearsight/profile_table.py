@@ -39,6 +39,7 @@ import torch
 
 from clearsight.artifact import WEIGHTS_FILE, LoadedModel, build_from_config
 from clearsight.errors import ClearsightError
+from clearsight.families import Family
 from clearsight.measure.macs import count_macs
 from clearsight.profile import ScoredRun, measure_in_subprocess, time_model
 
@@ -101,6 +102,7 @@ class ProfileTable(ScoredRun):
     """The before/after table; `model` is the first ("before") model."""
 
     task: str = ""
+    family: str = ""
     size: str = ""
     mac_size: str = f"{MAC_SIZE[0]}x{MAC_SIZE[1]}"
     runs: int = 3
@@ -113,7 +115,7 @@ class ProfileTable(ScoredRun):
         """Header and rows as text cells, one column per model and one row per figure (a
         terminal fits that); later models show "(0.50x)" ratios to the first model's costs
         and "(+0.12)" differences from its quality."""
-        detect = self.task == "detect"
+        detect = self.family == Family.DETECTION.value
         lines: list[tuple[str, str, str]] = [
             ("format", "format", "{}"),
             ("params", "parameters", "{:,.0f}"),
@@ -272,7 +274,7 @@ def _detection_quality(
         gt = coco_subset(dataset.raw, {im.id for im in dataset.images})
         row.ap = float(evaluate_coco(gt, detect_dataset(detector, dataset)).ap)
         n = len(dataset.images)
-    fmt_ok = not _is_onnx(loaded) or getattr(loaded.model, "layout", "") == "astar"
+    fmt_ok = not _is_onnx(loaded) or loaded.model.layout == "astar"
     if not fmt_ok:
         row.notes.append("Astar score: only PyTorch detectors and --layout astar files")
         return n
@@ -344,6 +346,7 @@ def profile_models(
         threads=torch.get_num_threads(),
         load_average=os.getloadavg(),
         task="detect" if detect else models[0][1].config.task,
+        family=models[0][1].family.value,
         size="",
         runs=runs,
     )

@@ -96,7 +96,7 @@ def _label_map_and_spec(
     if init is not None and init.class_ids is not None:
         names = init.class_names or [str(i) for i in init.class_ids]
         return DetectionSetup(init.preprocess, list(init.class_ids), list(names))
-    n = int(getattr(model, "num_labels", model.num_classes))
+    n = int(model.num_labels)
     spec = _model_spec(cfg.model.arch, model)
     coco_name = dict(zip(COCO_IDS, COCO_NAMES, strict=True))
     ann, _ = find_coco_set(cfg.data.train)
@@ -172,7 +172,7 @@ def batch_ap(model: nn.Module, inputs: torch.Tensor, targets: list[Target]) -> f
     outs = model.postprocess(model(inputs), score_threshold=0.001, max_detections=100)
     model.train(was_training)
     h, w = inputs.shape[-2:]
-    n_labels = int(getattr(model, "num_labels", model.num_classes))
+    n_labels = int(model.num_labels)
     gt: dict[str, Any] = {
         "images": [{"id": i, "width": int(w), "height": int(h)} for i in range(len(targets))],
         "annotations": [],

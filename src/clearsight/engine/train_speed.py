@@ -12,6 +12,7 @@ from torch import nn
 
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
 from clearsight.engine.train_config import TrainSection
+from clearsight.models.contract import as_restoration_model
 
 __all__ = [
     "COMPILE_MIN_STEPS",
@@ -86,7 +87,7 @@ def use_channels_last(
     """
     if setting != "auto":
         return setting == "channels_last"
-    if device.type != "cpu" or not bool(getattr(model, "prefers_channels_last", False)):
+    if device.type != "cpu" or not as_restoration_model(model).prefers_channels_last:
         return False
     feats = cpu if cpu is not None else detect_cpu_features()
     return feats.capability.upper().startswith("AVX512")
@@ -101,7 +102,7 @@ def use_compile(setting: str, model: nn.Module, device: torch.device, steps: int
         return setting == "on"
     return (
         device.type == "cpu"
-        and bool(getattr(model, "prefers_compile", False))
+        and as_restoration_model(model).prefers_compile
         and steps >= COMPILE_MIN_STEPS
     )
 

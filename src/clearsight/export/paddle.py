@@ -318,7 +318,7 @@ def _export_onnx_model(
     shape = session.get_inputs()[0].shape
     fixed = all(isinstance(d, int) for d in shape[2:4])
     sizes = [tuple(shape[2:4])] * 2 if fixed else list(parity_sizes)
-    m = int(getattr(ort_model, "pad_multiple", 1))
+    m = int(ort_model.pad_multiple) if not loaded.is_detector else 1
     inputs = []
     for i, (h, w) in enumerate(sizes):
         x = _parity_input(loaded, int(h), int(w), seed=i)

@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect
 from clearsight._version import __version__
 from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
+from clearsight.families import Family
 from clearsight.io import resolve_max_pixels
 from clearsight.serve.limits import ServeLimits
 from clearsight.serve.options import (
@@ -92,14 +93,14 @@ class Server:
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def model(self, name: str | None, kind: str) -> ServedModel:
+    def model(self, name: str | None, family: Family) -> ServedModel:
         if not name:
             raise ApiError(422, "field 'model' is missing; see GET /v1/models")
         served = self.models.get(name)
         if served is None:
             known = ", ".join(self.models)
             raise ApiError(404, f"unknown model {name!r}; this server has: {known}")
-        if (kind == "detect") != served.is_detector:
+        if (family is Family.DETECTION) != served.is_detector:
             other = "/v1/detect" if served.is_detector else "/v1/restore"
             raise ApiError(422, f"model {name!r} is a {served.task!r} model; send it to {other}")
         return served
@@ -258,7 +259,7 @@ def create_app(
     async def restore(request: Request) -> Response:
         data, fields = await server.read_form(request)
         check_fields(fields, "restore")
-        served = server.model(fields.get("model"), "restore")
+        served = server.model(fields.get("model"), Family.RESTORATION)
         options = restore_options(fields)
         out_format = (fields.get("format") or "png").strip().lower()
         if out_format not in ("png", "json"):
@@ -289,7 +290,7 @@ def create_app(
 
         data, fields = await server.read_form(request)
         check_fields(fields, "detect")
-        served = server.model(fields.get("model"), "detect")
+        served = server.model(fields.get("model"), Family.DETECTION)
         threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
         draw = flag_true(fields, "draw", False)
         job = server.job(data)
