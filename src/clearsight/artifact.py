@@ -100,7 +100,7 @@ class ModelConfig:
                 architecture=str(d["architecture"]),
                 arch_args=dict(d.get("arch_args") or {}),
                 task=str(d["task"]),
-                preprocess=PreprocessSpec.from_dict(d.get("preprocess") or {}),
+                preprocess=PreprocessSpec.from_dict(d.get("preprocess") or {}, source),
                 metric_preset=str(d.get("metric_preset", "rgb")),
                 layer_shapes={k: list(v) for k, v in (d.get("layer_shapes") or {}).items()},
                 param_count=int(d.get("param_count", 0)),
