@@ -276,6 +276,32 @@ def test_coco_links_and_subfolders_inside_the_image_folder_are_fine(tmp_path: Pa
     ]
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda g: g["images"][0].update(id="7"), "image '7': id must be an integer, got '7'"),
+        (lambda g: g["images"][1].update(width=0), "image 11: width must be an integer >= 1"),
+        (lambda g: g["annotations"][0].update(bbox=["a", 3, 40, 60]),
+         "annotation 1 (image a.png): bbox must be 4 finite numbers"),
+        (lambda g: g["annotations"][0].update(bbox=[float("nan"), 3, 40, 60]),
+         "annotation 1 (image a.png): bbox must be 4 finite numbers"),
+        (lambda g: g["annotations"][1].update(id=1), "annotation id 1 appears twice"),
+        (lambda g: g["categories"].append({"id": 18, "name": "cat"}),
+         "category id 18 appears twice"),
+        (lambda g: g["annotations"][0].update(iscrowd="yes"), "iscrowd must be 0 or 1"),
+    ],
+)  # fmt: skip
+def test_coco_entries_are_type_checked_naming_the_entry(tmp_path: Path, edit, message) -> None:
+    """Each used to pass silently or stop with a bare ValueError (`could not convert`)."""
+    ann, imgs = write_coco(tmp_path)
+    gt = tiny_coco()
+    edit(gt)
+    ann.write_text(json.dumps(gt))
+    with pytest.raises(CocoFormatError) as err:
+        load_coco(ann, imgs)
+    assert str(err.value).startswith(f"{ann}: ") and message in str(err.value)
+
+
 def test_eval_report_never_reads_an_image_outside_the_set(tmp_path: Path) -> None:
     ann, imgs = write_coco(tmp_path / "set" / "tmp")
     data = tmp_path / "set"
