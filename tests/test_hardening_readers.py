@@ -213,6 +213,30 @@ def test_preprocessing_fields_are_bounded_at_load_naming_file_and_field(
         assert "\n" not in msg
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("arch_args", "abc", "arch_args must be an object, got str"),
+        ("param_count", "many", "param_count must be an integer, got str"),
+        ("layer_shapes", {"a": 3}, "layer_shapes must map names to lists of sizes"),
+        ("preprocess", [1], "preprocess must be an object, got list"),
+    ],
+)
+def test_config_fields_of_the_wrong_type_name_the_file(
+    tmp_path: Path, key: str, value: Any, message: str
+) -> None:
+    """Each used to escape as a bare ValueError or TypeError (`internal error` in the CLI)."""
+    from clearsight.artifact import read_config
+
+    path = _tiny_artifact(tmp_path / "m")
+    cfg = json.loads((path / CONFIG_FILE).read_text())
+    cfg[key] = value
+    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    with pytest.raises(ArtifactError) as err:
+        read_config(path)
+    assert str(err.value) == f"{path / CONFIG_FILE}: {message}"
+
+
 def test_preprocessing_in_bounds_still_loads(tmp_path: Path) -> None:
     from clearsight.artifact import load_artifact
 
