@@ -63,7 +63,9 @@ def _eval_detection(
         table.add_column(key, justify="right")
     table.add_row(*(_pct(v) for v in summary["metrics"].values()))
     console.print(table)
-    console.print(f"n = {summary['n']} images, {summary['detections']} detections")
+    dropped = summary["dropped_detections"]
+    note = f" ({dropped} more of classes the set does not list, not scored)" if dropped else ""
+    console.print(f"n = {summary['n']} images, {summary['detections']} detections{note}")
     if out is not None:
         csv_path, json_path = result.write(out)
         console.print(f"wrote {csv_path} and {json_path}")

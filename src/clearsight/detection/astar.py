@@ -2,7 +2,8 @@
 
 The contest's `score.py`, step by step, as reproduced here:
 
-1. Read `annotations/instances_val2017.json` and `val2017/`; images without annotations are
+1. Read `annotations/instances_val2017.json` and `val2017/` (checked by `data.coco.load_coco`,
+   as `eval` checks a set; the contest read it unchecked); images without annotations are
    skipped (`skip_unannotated`); images go through the model in batches of 32, and a final
    batch of exactly one image is dropped (`drop_last_single`).
 2. Preprocessing: PIL, grayscale to RGB, resize to 300x300 ignoring the aspect ratio with
@@ -45,9 +46,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from clearsight.data.coco import load_coco
 from clearsight.detection.coco_classes import COCO_IDS
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, ImageReadError
 from clearsight.measure.madds import MAddsCount, count_madds, count_madds_onnx
+from clearsight.metrics.coco_eval import with_scorer_defaults
 
 CONTEST_SIZE = (300, 300)
 CONTEST_MEAN = 127.5
@@ -172,8 +175,11 @@ def contest_preprocess(path: str | os.PathLike[str]) -> tuple[np.ndarray, tuple[
     and its original (width, height)."""
     from PIL import Image
 
-    with Image.open(path) as im:
-        return contest_preprocess_pil(im), im.size
+    try:
+        with Image.open(path) as im:
+            return contest_preprocess_pil(im), im.size
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise ImageReadError(f"{path}: cannot read image ({exc})") from None
 
 
 def contest_preprocess_pil(im: Any) -> np.ndarray:
@@ -423,19 +429,25 @@ def astar_score(
     img_dir = data / "val2017"
     if not ann.is_file() or not img_dir.is_dir():
         raise ClearsightError(f"{data}: needs annotations/instances_val2017.json and val2017/")
+    # the reader and checks `eval` uses, before the model is loaded: one line naming the file
+    # and entry for bad JSON, boxes, dangling ids or image paths outside val2017/
+    dataset = load_coco(ann, img_dir)
+    paths = {entry.id: entry.path for entry in dataset.images}
     model, config, source = _load_model(model_ref_or_loaded)
     run, count, note, runtime = _contest_runner(model, config, device, q.halve_quantized)
     if runner is not None:
         runtime = getattr(runner, "runtime", type(runner).__name__)
     with contextlib.redirect_stdout(io.StringIO()):
-        coco = COCO(str(ann))
+        coco = COCO()
+        coco.dataset = with_scorer_defaults(dataset.raw)
+        coco.createIndex()
     images = contest_images(coco, q)
     if limit is not None:
         images = images[:limit]
     results: list[dict[str, Any]] = []
     for start in range(0, len(images), q.batch_size):
         batch = images[start : start + q.batch_size]
-        loaded = [contest_preprocess(img_dir / im["file_name"]) for im in batch]
+        loaded = [contest_preprocess(paths[im["id"]]) for im in batch]
         arrays, sizes = [a for a, _ in loaded], [sz for _, sz in loaded]
         x = torch.from_numpy(np.stack(arrays)).to(device)
         with torch.no_grad():

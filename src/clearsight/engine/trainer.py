@@ -49,6 +49,7 @@ from clearsight.engine.checkpoint import (
     CHECKPOINT_FILE,
     CheckpointError,
     load_checkpoint,
+    one_line,
     rng_state,
     save_checkpoint,
     set_rng_state,
@@ -482,7 +483,13 @@ def train(
             sweep_leftovers(run, before=started)  # temporary files of a killed earlier run
         r = _Run(config, run, d, overfit_batch)
         if start is not None:
-            r.load(start)
+            try:
+                r.load(start)
+            except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+                r.close()
+                raise CheckpointError(
+                    f"{run / CHECKPOINT_FILE}: does not fit this run ({one_line(exc)})"
+                ) from exc
             if d.main:
                 truncate_log(run / LOG_FILE, r.step)
         elif not overfit_batch:
