@@ -108,8 +108,8 @@ class FrameFolderReader:
                     f"{self.files[i]}: {img.shape[1]}x{img.shape[0]} differs from the first "
                     f"frame's {self.info.width}x{self.info.height}; a video's frames share one size"
                 )
-            yield Frame(i - first, img, i - first, self.info.time_base)
             self.frames_read = i - first + 1
+            yield Frame(i - first, img, i - first, self.info.time_base)
 
     def close(self) -> None:
         pass

@@ -37,7 +37,7 @@ from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 
 from clearsight.atomic import atomic_path
 from clearsight.errors import OptionError, VideoReadError, VideoWriteError
-from clearsight.io import _check_pixels, resolve_max_pixels
+from clearsight.io import MAX_PIXELS_ENV, _describe_pixels, resolve_max_pixels
 
 _log = logging.getLogger(__name__)
 
@@ -150,6 +150,16 @@ def _video_stream(container: av.container.InputContainer, path: Path) -> Any:
             f"{path}: video stream #{stream.index} has a codec FFmpeg cannot decode"
         )
     return stream
+
+
+def _check_pixels(path: Path, width: int, height: int, limit: int) -> None:
+    """Frames over the pixel limit are refused before they are converted or restored."""
+    if width * height > limit:
+        size, lim = _describe_pixels(width * height, limit)
+        raise VideoReadError(
+            f"{path}: {width}x{height} = {size} per frame exceeds the limit of {lim} "
+            f"(raise it with --max-pixels or {MAX_PIXELS_ENV})"
+        )
 
 
 def _rotation_of(frame: av.VideoFrame) -> int:
@@ -359,10 +369,10 @@ class VideoReader:
             if frame.width * frame.height > self.max_pixels:
                 _check_pixels(self.path, frame.width, frame.height, self.max_pixels)
             image = _display(_to_rgb(frame, self._reformatter), _rotation_of(frame))
-            yield Frame(n, image, pts - shift, tb)
             last_pts = pts
             n += 1
             self.frames_read = n
+            yield Frame(n - 1, image, pts - shift, tb)
         self.close()
         if n == 0:
             if begin is not None or end is not None:
@@ -483,7 +493,7 @@ class VideoWriter:
     ) -> None:
         self.path = Path(path)
         self.width, self.height = int(width), int(height)
-        self.time_base = Fraction(time_base)
+        self.time_base = Fraction(time_base).limit_denominator(1_000_000)
         self.keep_partial = keep_partial
         self.frames_written = 0
         self._last_pts: int | None = None
@@ -585,12 +595,14 @@ class VideoWriter:
             s = src.streams[i]
             name = s.codec_context.name if s.codec_context is not None else "unknown"
             if name not in self._out.supported_codecs:
-                src.close()
-                self._out.close()
-                raise VideoWriteError(
+                # the message first: a closed container's streams must not be touched
+                msg = (
                     f"{self.path}: the {fmt_name} container cannot hold the {name} {s.type} "
                     f"stream #{i} of {side.source}; write a .mkv file, or drop the stream"
                 )
+                src.close()
+                self._out.close()
+                raise VideoWriteError(msg)
             streams[i] = self._out.add_stream_from_template(s)
         packets = src.demux([src.streams[i] for i in side.indices])
         return _SideCopy(src, streams, side.start, side.end, packets)
