@@ -224,6 +224,14 @@ def test_truncated_file_names_the_frame_where_decoding_stopped(tmp_path: Path) -
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("name", ["long_audio.mkv", "long_audio.mp4", "long_audio.ts"])
+def test_audio_longer_than_video_is_not_truncation(tmp_path: Path, name: str) -> None:
+    src = tmp_path / name
+    make_video(src, n=6, audio="aac", audio_ms=3000)  # video 0.36 s, audio 3 s
+    with VideoReader(src) as r:
+        assert len(list(r.frames())) == 6
+
+
 def test_truncated_mp4_without_index_cannot_open(tmp_path: Path) -> None:
     src = tmp_path / "in.mp4"
     make_video(src, n=10)

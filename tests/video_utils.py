@@ -42,6 +42,7 @@ def make_video(
     pts: list[int] | None = None,
     options: dict[str, str] | None = None,
     images: list[np.ndarray] | None = None,
+    audio_ms: int | None = None,
 ) -> list[np.ndarray]:
     """Write `n` frames (variable frame rate unless `pts` is given, in ms) and an audio
     stream covering them; return the RGB frames written."""
@@ -67,7 +68,7 @@ def make_video(
         for p in v.encode():
             c.mux(p)
         if a is not None:
-            end = pts[-1] + 40 if pts else 200
+            end = audio_ms or (pts[-1] + 40 if pts else 200)
             _write_tone(c, a, total=48 * end)
     return frames
 

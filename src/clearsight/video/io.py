@@ -231,6 +231,7 @@ class VideoReader:
         self.frames_read = 0
         self._container: av.container.InputContainer | None = None
         self._reformatter = VideoReformatter()
+        self._stated_end: Fraction | None = None
         self.info, self._first_pts = self._probe()
 
     def _probe(self) -> tuple[VideoInfo, int]:
@@ -256,11 +257,15 @@ class VideoReader:
                 label = f"#{s.index} {s.type} {codec}"
                 (side if s.type in COPIED_TYPES else dropped).append(label)
             tb = stream.time_base or Fraction(1, 90000)
-            duration: float | None = None
+            # where the video stream itself says it ends (seconds on its timeline); the
+            # container's duration may be the audio's, so it never counts as truncation
             if stream.duration:
-                duration = float(stream.duration * tb)
+                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
             elif (tag := _tag_seconds(stream.metadata.get("DURATION"))) is not None:
-                duration = float(tag)
+                self._stated_end = tag
+            duration: float | None = None
+            if self._stated_end is not None:
+                duration = float(self._stated_end - (stream.start_time or 0) * tb)
             elif container.duration:
                 duration = container.duration / 1e6
             rate = stream.average_rate or stream.guessed_rate or None
@@ -362,10 +367,10 @@ class VideoReader:
                 break
             if last_pts is not None and pts <= last_pts:
                 pts = last_pts + 1  # broken files repeat timestamps; encoders need them rising
-            if last_pts is not None:
+            if frame.duration:
+                last_dur = int(frame.duration)  # the frame's own (a held last frame counts)
+            elif last_pts is not None:
                 last_dur = pts - last_pts
-            elif frame.duration:
-                last_dur = int(frame.duration)
             if frame.width * frame.height > self.max_pixels:
                 _check_pixels(self.path, frame.width, frame.height, self.max_pixels)
             image = _display(_to_rgb(frame, self._reformatter), _rotation_of(frame))
@@ -389,10 +394,10 @@ class VideoReader:
         """Raise when decoding ended well before the stream's stated duration: a file whose
         tail is missing decodes without an error, just fewer frames."""
         info = self.info
-        if info.duration is None or last_pts is None:
+        if self._stated_end is None or last_pts is None:
             return
         tb = info.time_base
-        stated = Fraction(info.duration).limit_denominator(1_000_000)
+        stated = self._stated_end
         if end is not None:
             stated = min(stated, end)
         step = last_dur * tb if last_dur else nominal
