@@ -17,6 +17,12 @@
    `clearsight restore`); milliseconds per frame for each, interleaved over `--runs` rounds
    (median). The PNGs are written before timing.
 
+`--nturain DIR` instead scores a folder pair DIR/a1_Rain, DIR/a1_GT (NTURain's layout) with
+the warping error (flow from the clean frames, frames `--first`..`--last`): the rainy
+input, the clean frames, the clean frames blurred, and with `--model M` the model per frame
+with and without `temporal` (the same model outputs, blended afterwards), with PSNR/SSIM
+(y-matlab). A measurement only: nothing is tuned on it.
+
 Every figure is from this machine in this run; on a shared CPU the seconds move, the
 memory figures much less.
 """
@@ -167,6 +173,50 @@ def png_speed(src: Path, n: int, runs: int, work: Path) -> dict[str, float]:
     }
 
 
+def nturain(root: Path, first: int, last: int, model: str | None) -> dict[str, Any]:
+    """Warping errors (x1e-3) on an NTURain clip; see the module docstring."""
+    import cv2
+
+    from clearsight.io import read_image
+    from clearsight.metrics.warping import score_frames, warping_error
+    from clearsight.video.temporal import TemporalBlend
+
+    names = [f"{i:05d}.jpg" for i in range(first, last + 1)]
+    rain_dir = next(root.glob("*_Rain"))
+    gt_dir = rain_dir.with_name(rain_dir.name.replace("_Rain", "_GT"))
+
+    def clean() -> Any:
+        return (read_image(gt_dir / n) for n in names)
+
+    def rainy() -> Any:
+        return (read_image(rain_dir / n) for n in names)
+
+    out: dict[str, Any] = {"clip": rain_dir.name, "frames": f"{first}-{last}"}
+    out["rainy"] = warping_error(rainy(), clean()).mean * 1e3
+    out["clean"] = warping_error(clean(), clean()).mean * 1e3
+    blurred = (cv2.GaussianBlur(f, (3, 3), 1.0) for f in clean())
+    out["clean_blur3"] = warping_error(blurred, clean()).mean * 1e3
+    print(json.dumps(out), flush=True)
+    if model is not None:
+        from clearsight.engine.inference import Restorer
+
+        restorer = Restorer.from_pretrained(model)
+        t0 = time.perf_counter()
+        restored = [restorer.restore_image(f) for f in rainy()]
+        out["model_ms_per_frame"] = (time.perf_counter() - t0) * 1000 / len(restored)
+        blend = TemporalBlend()
+        blended = [blend(f) for f in restored]
+        for key, frames in (("per_frame", restored), ("temporal", blended)):
+            score = score_frames(frames, list(clean()))
+            out[f"{model}_{key}"] = {
+                "warping_error_x1e3": score.summary["warping_error.mean"] * 1e3,
+                "psnr_y": score.summary["psnr.mean"],
+                "ssim_y": score.summary["ssim.mean"],
+            }
+        print(json.dumps(out), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--width", type=int, default=1920)
@@ -176,10 +226,19 @@ def main() -> None:
     ap.add_argument("--png-frames", type=int, default=20)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--nturain", type=Path, help="score DIR/*_Rain against DIR/*_GT instead")
+    ap.add_argument("--first", type=int, default=3)
+    ap.add_argument("--last", type=int, default=166)
+    ap.add_argument("--model", help="with --nturain: also restore with this model")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(*args.child)
+        return
+    if args.nturain:
+        result = nturain(args.nturain, args.first, args.last, args.model)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
         return
     print(f"load average: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     report: dict[str, Any] = {
