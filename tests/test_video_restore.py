@@ -9,11 +9,18 @@ import numpy as np
 import pytest
 
 from clearsight.engine.inference import Restorer
-from clearsight.errors import OptionError, VideoReadError
+from clearsight.errors import OptionError, VideoReadError, VideoWriteError
 from clearsight.video import VideoReader, list_frames
 from clearsight.video.restore import restore_video
 from clearsight.video.temporal import TemporalBlend
-from tests.video_utils import audio_packets, decoded_times, make_video, vfr_pts
+from tests.video_utils import (
+    add_subtitles,
+    audio_packets,
+    decoded_times,
+    make_video,
+    subtitle_packets,
+    vfr_pts,
+)
 
 
 def invert(img: np.ndarray) -> np.ndarray:
@@ -42,6 +49,21 @@ def test_restore_video_keeps_timestamps_audio_and_writes_frames(tmp_path: Path) 
     with VideoReader(dst) as r:
         outs = [f.image.astype(int) for f in r.frames()]
     assert np.mean([np.abs(o - p).mean() for o, p in zip(outs, pngs, strict=True)]) < 2.0
+
+
+def test_subtitles_and_audio_copied_into_mkv_refused_by_mp4(tmp_path: Path) -> None:
+    plain, src = tmp_path / "plain.mkv", tmp_path / "in.mkv"
+    make_video(plain, n=10, audio="pcm_s16le")
+    texts = add_subtitles(plain, src, tmp_path)
+    result = restore_video(invert, src, tmp_path / "out.mkv")
+    assert result.copied_streams == ("#1 audio pcm_s16le", "#2 subtitle srt")
+    assert subtitle_packets(tmp_path / "out.mkv") == texts
+    assert audio_packets(tmp_path / "out.mkv") == audio_packets(src)
+    with pytest.raises(
+        VideoWriteError, match=r"mp4 container cannot hold the srt subtitle stream #2"
+    ):
+        restore_video(invert, src, tmp_path / "out.mp4")
+    assert not (tmp_path / "out.mp4").exists()
 
 
 def test_restorer_runs_on_frames_folder(tmp_path: Path) -> None:

@@ -92,6 +92,33 @@ def _write_tone(
         c.mux(p)
 
 
+def add_subtitles(src: Path, dst: Path, work: Path) -> list[bytes]:
+    """Copy the mkv `src` to `dst` with an SRT subtitle stream added; return its texts."""
+    srt = work / "subs.srt"
+    srt.write_text(
+        "1\n00:00:00,000 --> 00:00:00,200\nhello\n\n2\n00:00:00,300 --> 00:00:00,500\nworld\n"
+    )
+    with av.open(str(src)) as v, av.open(str(srt)) as s, av.open(str(dst), "w") as o:
+        streams = {st.index: o.add_stream_from_template(st) for st in v.streams}
+        sub = o.add_stream_from_template(s.streams[0])
+        for pk in v.demux():
+            if pk.size:
+                pk.stream = streams[pk.stream.index]
+                o.mux(pk)
+        for pk in s.demux():
+            if pk.size:
+                pk.stream = sub
+                o.mux(pk)
+    return [b"hello", b"world"]
+
+
+def subtitle_packets(path: Path) -> list[bytes]:
+    with av.open(str(path)) as c:
+        if not c.streams.subtitles:
+            return []
+        return [bytes(p) for p in c.demux(subtitles=0) if p.size]
+
+
 def make_audio_only(path: Path) -> None:
     with av.open(str(path), "w") as c:
         a = c.add_stream("pcm_s16le", rate=48000)
