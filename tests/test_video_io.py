@@ -105,6 +105,11 @@ def test_cut_keeps_frames_in_window_shifted_to_zero(tmp_path: Path) -> None:
     with VideoReader(src) as r:
         times = [f.time for f in r.frames(start=0.1, duration=0.3)]
     assert times == pytest.approx([0.02, 0.06, 0.14, 0.18, 0.26])  # 120..360 ms, minus 100
+    with (
+        VideoReader(src) as r,
+        pytest.raises(VideoReadError, match=r"in.mp4: no frames in the cut"),
+    ):
+        list(r.frames(start=30.0))
     copy_video(src, dst, start=0.1, duration=0.3)
     assert decoded_times(dst) == pytest.approx(times)
     cut_audio, all_audio = audio_packets(dst), audio_packets(src)
