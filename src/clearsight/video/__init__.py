@@ -16,6 +16,7 @@ from clearsight.video.io import (
     open_source,
     probe_video,
 )
+from clearsight.video.restore import VideoRestoreResult, restore_video
 
 __all__ = [
     "Frame",
@@ -24,8 +25,10 @@ __all__ = [
     "SideStreams",
     "VideoInfo",
     "VideoReader",
+    "VideoRestoreResult",
     "VideoWriter",
     "list_frames",
     "open_source",
     "probe_video",
+    "restore_video",
 ]
