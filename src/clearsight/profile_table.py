@@ -272,7 +272,8 @@ def _detection_quality(
         if max_images is not None:
             dataset.images = dataset.images[: max(0, max_images)]
         gt = coco_subset(dataset.raw, {im.id for im in dataset.images})
-        row.ap = float(evaluate_coco(gt, detect_dataset(detector, dataset)).ap)
+        dets = detect_dataset(detector, dataset)
+        row.ap = float(evaluate_coco(gt, dets, class_ids=detector.class_ids).ap)
         n = len(dataset.images)
     fmt_ok = not _is_onnx(loaded) or loaded.model.layout == "astar"
     if not fmt_ok:

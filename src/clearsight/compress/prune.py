@@ -10,7 +10,7 @@ the part that is easy to get subtly wrong by hand.
 
 MACs are recounted with the project's counters after each step (never scaled from the
 ratio): MACs per pixel for restoration (`measure.macs.count_macs`), the contest MAdds for
-detection (`detection.madds.count_madds`). The pruned model keeps its architecture's
+detection (`measure.madds.count_madds`). The pruned model keeps its architecture's
 module tree, so the saved artifact records its real widths and reloads without
 Torch-Pruning (`models/widths.py`).
 """
