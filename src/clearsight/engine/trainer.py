@@ -486,7 +486,7 @@ def train(
             try:
                 r.load(start)
             except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
-                r.close()
+                r.log.close()
                 raise CheckpointError(
                     f"{run / CHECKPOINT_FILE}: does not fit this run ({one_line(exc)})"
                 ) from exc
