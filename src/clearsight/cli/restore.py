@@ -128,7 +128,7 @@ def restore_on_ray(
 
     summary = run_on_ray(
         what,
-        lambda **callbacks: restore_files_ray(  # type: ignore[arg-type]
+        lambda **callbacks: restore_files_ray(
             model,
             inputs,
             out,
