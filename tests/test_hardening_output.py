@@ -203,6 +203,19 @@ def test_bad_pixel_limit_stops_before_any_work(tmp_path, monkeypatch, flags, env
     assert line.startswith(f"error: {named}") and "positive whole number" in line, line
 
 
+def test_bad_pixel_limit_in_the_environment_stops_detect_before_any_work(
+    tmp_path, monkeypatch, detector_path
+):
+    monkeypatch.chdir(tmp_path)
+    _png(Path("in/a.png"))
+    monkeypatch.setenv("CLEARSIGHT_MAX_PIXELS", "abc")
+    res = runner.invoke(app, ["detect", "in", "-o", "out", "--model", detector_path])
+    assert res.exit_code == 1, res.output
+    assert not Path("out").exists()
+    (line,) = res.output.strip().splitlines()
+    assert line.startswith("error: CLEARSIGHT_MAX_PIXELS must be a positive whole number"), line
+
+
 # -- 13: an unwritable failures.csv is named, and the summary kept -----------------------
 
 

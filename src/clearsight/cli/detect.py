@@ -19,7 +19,7 @@ from clearsight.cli._options import (
     SkipExistingOpt,
     WorkersOpt,
 )
-from clearsight.cli.restore import finish_ray, run_on_ray, use_ray
+from clearsight.cli.restore import check_max_pixels, finish_ray, run_on_ray, use_ray
 from clearsight.errors import OptionError
 
 DEFAULT_DETECT = "default-detect"
@@ -53,6 +53,7 @@ def detect_cmd(
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
+    check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, before any work
     if use_ray(engine):
         if backend != "torch" or precision != "fp32":
             raise OptionError(
