@@ -244,9 +244,10 @@ class Detector:
         all are numbers, as COCO's are, else positions 0..N-1; each entry also names its file.
         A file that fails is recorded (`on_failure`, `DetectRun.failed`, OUT/failures.csv) and
         the run goes on, as `clearsight.restore_files` does, unless `fail_fast`."""
-        from clearsight.engine.batch import plan_outputs
+        from clearsight.engine.batch import check_link, plan_outputs
         from clearsight.engine.restore_files import (
             FailedFile,
+            FailuresCsvError,
             failure_reason,
             sweep_output_folders,
             update_failures_csv,
@@ -263,6 +264,7 @@ class Detector:
         results: list[dict[str, Any]] = []
         for src, dst in plan:
             try:
+                check_link(src)
                 dets = self.detect_file(src, dst, score_threshold, iou_threshold, max_detections)
             except Exception as exc:
                 if fail_fast:
@@ -277,8 +279,13 @@ class Detector:
                 on_image(src, dets)
         results_path = out / RESULTS_FILE
         atomic_write_text(results_path, json.dumps(results, indent=1) + "\n")
-        update_failures_csv(out, failed)
-        return DetectRun(items=items, results_path=results_path, image_ids=ids, failed=failed)
+        run = DetectRun(items=items, results_path=results_path, image_ids=ids, failed=failed)
+        try:
+            update_failures_csv(out, failed)
+        except FailuresCsvError as exc:
+            exc.run = run
+            raise
+        return run
 
 
 def _image_ids(paths: Sequence[Path]) -> dict[str, int]:

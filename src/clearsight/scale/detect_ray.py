@@ -31,6 +31,7 @@ from clearsight.detection.detector import (
     RESULTS_FILE,
     image_ids,
 )
+from clearsight.engine.batch import check_link
 from clearsight.engine.restore_files import failure_reason
 from clearsight.errors import ClearsightError
 from clearsight.families import Family, family_of
@@ -96,6 +97,7 @@ class DetectTask:
             start = time.perf_counter()
             try:
                 with local_copy(item.source) as path:
+                    check_link(path)
                     dets = detector.detect_file(
                         path,
                         item.output,
