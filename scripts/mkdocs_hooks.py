@@ -166,7 +166,8 @@ def card_page(card: Path, page_uri: str) -> str:
         try:
             in_docs = resolved.relative_to(ROOT / "docs").as_posix()
         except ValueError:
-            return f"{m.group(1)[:-2]}] (`{resolved.relative_to(ROOT).as_posix()}`)"
+            label = m.group(1).lstrip("!")[1:-2]
+            return f"{label} (`{resolved.relative_to(ROOT).as_posix()}`)"
         new = posixpath.relpath(in_docs, page_dir or ".")
         return f"{m.group(1)}{new}{'#' + frag if frag else ''}{m.group(3)}"
 
