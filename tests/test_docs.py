@@ -2,10 +2,11 @@
 model cards runs here or says why not, and every `clearsight` option it names exists.
 
 The rules (docs/writing-docs.md): a fenced block names its language; a `bash` or `python`
-block is executed below, in a fresh folder holding `examples/` and `configs/`, unless the
-line before it is `<!-- not-run: REASON -->` (or a README marker whose block another test
-runs); every `clearsight ...` command line in every block, run or not, and in every inline
-code span is parsed against the Typer app, so a renamed or removed option fails here.
+block is executed below, in a fresh folder holding `examples/` (the example images, shrunk)
+and `configs/`, unless the line before it is `<!-- not-run: REASON -->` (or a README marker
+whose block another test runs); every `clearsight ...` command line in every block, run or
+not, and in every inline code span is parsed against the Typer app, so a renamed or removed
+option fails here.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ RUN_ELSEWHERE = {
 NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(\S.*?)\s*-->$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 BLOCK_TIMEOUT_S = 120
+TINY_SIDE = 168
+"""Executed blocks see the example images shrunk to this many pixels on the short side (MS-SSIM,
+in the netdisk preset, needs more than 160)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ def _options(cmd: Any) -> set[str]:
 
 OPTION = re.compile(r"(?<![\w./=:-])(--?[A-Za-z][\w-]*)")
 COMMAND_WORD = re.compile(r"^[a-z][a-z0-9-]*$")
+COMMAND = re.compile(r"^\s*(?:\$\s+)?(?:\w+=\S*\s+)*(?:\S*python3?\s+-m\s+)?clearsight(\s.*|)$")
+"""A command line that runs clearsight: after a `$ ` prompt, VAR=value, or `python -m`."""
 
 
 def command_lines(text: str) -> list[str]:
@@ -151,7 +157,7 @@ def command_lines(text: str) -> list[str]:
     for line in text.splitlines():
         line = re.sub(r"(^|\s)#.*$", "", line)
         for seg in re.split(r"&&|\|\||;|\s\|\s", line):
-            m = re.match(r"^\s*(?:\$\s+)?(?:\w+=\S*\s+)*(?:\S*python3?\s+-m\s+)?clearsight(\s.*|)$", seg)
+            m = COMMAND.match(seg)
             if m:
                 found.append(" ".join(["clearsight", *m.group(1).split()]))
     return found
@@ -235,20 +241,39 @@ def _run(block: Block, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.fixture(scope="module")
+def tiny_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example images shrunk to TINY_SIDE pixels on the short side, same names and formats:
+    the documented commands run as written, on inputs that cost a fraction of the real ones."""
+    from PIL import Image
+
+    out = tmp_path_factory.mktemp("examples")
+    for src in sorted((REPO_ROOT / "examples").iterdir()):
+        with Image.open(src) as im:
+            scale = min(1.0, TINY_SIDE / min(im.size))
+            small = im.resize([round(n * scale) for n in im.size], Image.Resampling.LANCZOS)
+            small.save(out / src.name)
+    return out
+
+
 @pytest.mark.parametrize("block", EXECUTED, ids=lambda b: b.where)
-def test_documented_block_runs(block: Block, tmp_path: Path):
-    """Each block as written, in a fresh folder with the repository's examples and configs."""
-    for name in ("examples", "configs"):
-        (tmp_path / name).symlink_to(REPO_ROOT / name, target_is_directory=True)
+def test_documented_block_runs(block: Block, tmp_path: Path, tiny_examples: Path):
+    """Each block as written, in a fresh folder holding `examples/` (tiny copies) and the
+    repository's `configs/`."""
+    (tmp_path / "examples").symlink_to(tiny_examples, target_is_directory=True)
+    (tmp_path / "configs").symlink_to(REPO_ROOT / "configs", target_is_directory=True)
     res = _run(block, tmp_path)
-    assert res.returncode == 0, f"{block.where}\n{block.code}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    assert res.returncode == 0, (
+        f"{block.where}\n{block.code}\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}"
+    )
 
 
 # ---- the site: README as the front door, generated references ----------------------------
 
 
 def _hooks() -> Any:
-    spec = importlib.util.spec_from_file_location("mkdocs_hooks", REPO_ROOT / "scripts/mkdocs_hooks.py")
+    path = REPO_ROOT / "scripts" / "mkdocs_hooks.py"
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
