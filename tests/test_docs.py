@@ -291,6 +291,13 @@ def test_readme_is_a_short_front_door_whose_links_resolve():
     assert "docs/guides/derain.md" in local  # one click to the derain guide
 
 
+def test_ci_builds_the_site_strictly():
+    ci = (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "mkdocs build --strict" in ci
+    assert ci.index("mkdocs build") > ci.index("pip install --quiet -e '.[test]'")
+    assert "site/" in (REPO_ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
+
+
 def test_derain_guide_goes_from_a_folder_to_a_score():
     """README -> derain guide: restore a folder, then score it under the deraining preset."""
     blocks, _ = parse_blocks(REPO_ROOT / "docs/guides/derain.md")
