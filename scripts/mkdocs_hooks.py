@@ -138,7 +138,8 @@ def api_reference() -> str:
         if module != "clearsight.api":
             lines += [f"::: {module}.{name}", "    options:", "      heading_level: 3", ""]
     lines += ["## `clearsight.api`", "", "::: clearsight.api", "    options:"]
-    lines += ["      heading_level: 3", "      show_root_heading: false", ""]
+    lines += ["      heading_level: 3", "      show_root_heading: false"]
+    lines += ["      show_root_toc_entry: false", ""]
     return "\n".join(lines)
 
 
