@@ -88,7 +88,7 @@ def cli_reference(root: Any | None = None) -> str:
     commands = iter_commands(root)
     lines += ["| command | what it does |", "|---|---|"]
     for path, cmd in commands[1:]:
-        summary = cmd.get_short_help_str(limit=120) if hasattr(cmd, "get_short_help_str") else ""
+        summary = cmd.get_short_help_str(limit=300) if hasattr(cmd, "get_short_help_str") else ""
         lines.append(f"| [`clearsight {' '.join(path)}`](#{_anchor(path)}) | {_cell(summary)} |")
     lines.append("")
     for path, cmd in commands:
