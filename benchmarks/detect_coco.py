@@ -26,8 +26,8 @@ from torch import nn
 
 from clearsight.artifact import LoadedModel
 from clearsight.data.coco import load_coco
-from clearsight.detection.detector import Detector
-from clearsight.detection.evaluate import evaluate_detector
+from clearsight.engine.detect_evaluate import evaluate_detector
+from clearsight.engine.detector import Detector
 from clearsight.metrics.coco_eval import SUMMARY_KEYS
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

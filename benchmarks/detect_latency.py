@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from clearsight.detection.detector import Detector
+from clearsight.engine.detector import Detector
 from clearsight.export.onnx import export_onnx
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.zoo import resolve_model

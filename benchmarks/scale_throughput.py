@@ -96,7 +96,7 @@ def run_local(model: str, src: Path, out: Path, task: str) -> tuple[float, float
     stamps: list[float] = []
     start = time.perf_counter()
     if task == "detect":
-        from clearsight.detection.detector import Detector
+        from clearsight.engine.detector import Detector
 
         detector = Detector.from_pretrained(model)
         detector.detect_files([src], out, on_image=lambda *_a: stamps.append(time.perf_counter()))

@@ -23,7 +23,7 @@ from unittest import mock
 
 import numpy as np
 
-from clearsight.detection.detector import Detector
+from clearsight.engine.detector import Detector
 from clearsight.io import read_image, write_image
 from clearsight.scale.detect_ray import SHARDS_DIR
 from clearsight.scale.inputs import WorkItem

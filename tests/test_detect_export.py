@@ -18,7 +18,7 @@ from clearsight.api import load_model
 from clearsight.artifact import LoadedModel, save_artifact
 from clearsight.cli import app
 from clearsight.detection.astar import ContestAdapter, astar_score, contest_preprocess
-from clearsight.detection.detector import Detections, Detector
+from clearsight.engine.detector import Detections, Detector
 from clearsight.export.onnx import export_onnx
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import write_image

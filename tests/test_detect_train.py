@@ -14,8 +14,6 @@ from typer.testing import CliRunner
 
 from clearsight.artifact import load_artifact
 from clearsight.cli import app
-from clearsight.detection.detector import Detector
-from clearsight.detection.evaluate import evaluate_coco_set
 from clearsight.detection.losses import (
     MultiboxLoss,
     hard_negative_mask,
@@ -25,6 +23,8 @@ from clearsight.detection.losses import (
 from clearsight.detection.preprocess import prepare
 from clearsight.detection.train_data import CocoDetectionDataset
 from clearsight.engine.checkpoint import load_checkpoint
+from clearsight.engine.detect_evaluate import evaluate_coco_set
+from clearsight.engine.detector import Detector
 from clearsight.engine.train_config import TrainConfigError, load_config
 from clearsight.engine.train_stream import init_dist
 from clearsight.engine.trainer import train

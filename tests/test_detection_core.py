@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from torch import nn
 
 from clearsight.artifact import LoadedModel, ModelConfig
-from clearsight.detection.detector import RESULTS_FILE, Detector
 from clearsight.detection.preprocess import Transform, prepare
+from clearsight.engine.detector import RESULTS_FILE, Detector
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 from clearsight.metrics.coco_eval import evaluate_coco

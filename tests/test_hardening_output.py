@@ -104,7 +104,7 @@ def test_error_messages_keep_their_brackets(tmp_path):
     ann.write_text(json.dumps(coco))
     res = runner.invoke(app, ["eval", "--model", "default-detect", "--data", str(data)])
     assert res.exit_code == 1, res.output
-    assert "bbox must be [x, y, width, height], got 'abc'" in res.output, res.output
+    assert "bbox must be [x, y, width, height], finite, got 'abc'" in res.output, res.output
 
 
 def test_progress_bar_shows_a_bracketed_name_as_it_is():
@@ -127,7 +127,7 @@ def test_every_folder_run_prints_a_failure_on_one_line_naming_the_file_once(
 ):
     """restore, detect (local) and the Ray engines' printer: the same line, unwrapped."""
     from clearsight.cli.restore import run_on_ray
-    from clearsight.detection.detector import Detector
+    from clearsight.engine.detector import Detector
     from clearsight.scale.detect_ray import DetectTask
     from clearsight.scale.inputs import WorkItem
     from clearsight.scale.ray_engine import RestoreTask, ScaleSummary
@@ -221,7 +221,7 @@ def test_bad_pixel_limit_in_the_environment_stops_detect_before_any_work(
 
 def test_unwritable_failures_csv_is_named_and_the_summary_kept(tmp_path, monkeypatch):
     """A read-only OUT as root cannot be made: the write of failures.csv fails as it would."""
-    from clearsight.engine import restore_files as rf
+    from clearsight.runtime import failures as rf
 
     def refuse(path, text):
         raise PermissionError(13, "Permission denied", str(temp_path_for(path)))
@@ -315,7 +315,7 @@ def _check_80_columns(text: str) -> None:
     assert "rescan-conv" in text and "149,823" in text
 
 
-def test_models_reads_well_at_80_columns():
+def test_models_reads_well_at_80_columns(monkeypatch):
     res = runner.invoke(app, ["models"], env={"COLUMNS": "80"})
     assert res.exit_code == 0, res.output
     _check_80_columns(res.output)
@@ -329,7 +329,11 @@ def test_models_reads_well_at_80_columns():
         check=True,
     )
     _check_80_columns(piped.stdout)
-    wide = runner.invoke(app, ["models", "--wide"], env={"COLUMNS": "200"})
+    # the console measures its width once; a wide terminal is set on it directly
+    from clearsight.cli._app import console
+
+    monkeypatch.setattr(console, "width", 200)
+    wide = runner.invoke(app, ["models", "--wide"])
     assert wide.exit_code == 0 and len(wide.output.splitlines()) <= 25, wide.output
 
 

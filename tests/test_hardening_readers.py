@@ -18,8 +18,8 @@ from clearsight.artifact import CONFIG_FILE, LoadedModel, ModelConfig, make_conf
 from clearsight.cli import app
 from clearsight.convert.paddle_pickle import PdparamsError, read_pdparams
 from clearsight.data.coco import CocoFormatError, load_coco
-from clearsight.detection.detector import Detector
 from clearsight.engine.checkpoint import FORMAT, VERSION, CheckpointError, load_checkpoint
+from clearsight.engine.detector import Detector
 from clearsight.errors import ArtifactError, ClearsightError
 from clearsight.io import write_image
 from clearsight.models.registry import build_model
@@ -306,9 +306,9 @@ def test_coco_links_and_subfolders_inside_the_image_folder_are_fine(tmp_path: Pa
         (lambda g: g["images"][0].update(id="7"), "image '7': id must be an integer, got '7'"),
         (lambda g: g["images"][1].update(width=0), "image 11: width must be an integer >= 1"),
         (lambda g: g["annotations"][0].update(bbox=["a", 3, 40, 60]),
-         "annotation 1 (image a.png): bbox must be 4 finite numbers"),
+         "annotation 1 (image a.png): bbox must be [x, y, width, height], finite"),
         (lambda g: g["annotations"][0].update(bbox=[float("nan"), 3, 40, 60]),
-         "annotation 1 (image a.png): bbox must be 4 finite numbers"),
+         "annotation 1 (image a.png): bbox must be [x, y, width, height], finite"),
         (lambda g: g["annotations"][1].update(id=1), "annotation id 1 appears twice"),
         (lambda g: g["categories"].append({"id": 18, "name": "cat"}),
          "category id 18 appears twice"),
@@ -379,7 +379,7 @@ def _coco_set(root: Path, gt: dict[str, Any]) -> Path:
 
 
 def test_classes_the_set_does_not_list_are_dropped_and_counted(tmp_path: Path) -> None:
-    from clearsight.detection.evaluate import evaluate_coco_set
+    from clearsight.engine.detect_evaluate import evaluate_coco_set
 
     gt = tiny_coco()
     gt["categories"] = [c for c in gt["categories"] if c["id"] != 18]  # people only
@@ -397,7 +397,7 @@ def test_classes_the_set_does_not_list_are_dropped_and_counted(tmp_path: Path) -
 def test_a_detector_whose_ids_match_none_of_the_sets_is_refused_before_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from clearsight.detection.evaluate import evaluate_coco_set
+    from clearsight.engine.detect_evaluate import evaluate_coco_set
 
     data = _coco_set(tmp_path / "coco", tiny_coco())  # ids 1, 18, 90
     detector = _detector([0, 17, 89])  # contiguous labels, one below each id
@@ -425,7 +425,7 @@ _EDITS = {
     "truncated JSON": (lambda gt: json.dumps(gt)[:100], "invalid JSON"),
     "bbox abc": (
         lambda gt: json.dumps({**gt, "annotations": [{**gt["annotations"][0], "bbox": "abc"}]}),
-        "annotation 1 (image a.png): bbox must be 4 finite numbers (x, y, w, h), got 'abc'",
+        "annotation 1 (image a.png): bbox must be [x, y, width, height], finite, got 'abc'",
     ),
     "dangling annotation": (
         lambda gt: json.dumps({**gt, "annotations": [{**gt["annotations"][0], "image_id": 99}]}),

@@ -25,8 +25,8 @@ from clearsight.compress.quantize import (
     save_quantized,
 )
 from clearsight.detection.astar import contest_preprocess
-from clearsight.detection.detector import Detector
 from clearsight.detection.preprocess import prepare
+from clearsight.engine.detector import Detector
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import read_image, write_image
 from clearsight.measure.madds import count_madds_onnx

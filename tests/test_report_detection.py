@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from clearsight.artifact import LoadedModel, ModelConfig
 from clearsight.cli import app
-from clearsight.data.coco import load_coco
-from clearsight.detection.detector import Detector
-from clearsight.detection.evaluate import evaluate_coco_set, find_coco_set
+from clearsight.data.coco import find_coco_set, load_coco
+from clearsight.engine.detect_evaluate import evaluate_coco_set
+from clearsight.engine.detector import Detector
 from clearsight.io import write_image
 from clearsight.preprocess import PreprocessSpec
 from clearsight.report.detection import GT_COLOUR, PRED_COLOUR, render_detection_report

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
 
 from clearsight.cli import app  # noqa: E402
-from clearsight.detection.detector import image_ids  # noqa: E402
+from clearsight.engine.detector import image_ids  # noqa: E402
 from clearsight.scale.detect_ray import (  # noqa: E402
     COVERAGE_SUFFIX,
     SHARDS_DIR,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clearsight.detection.detector import Detector
+from clearsight.engine.detector import Detector
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 from clearsight.scale import detect_ray, ray_engine

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clearsight.engine.batch import plan_outputs
 from clearsight.errors import ClearsightError, ImageReadError
 from clearsight.io import read_image, write_image
+from clearsight.runtime.batch import plan_outputs
 from clearsight.scale.inputs import WorkItem, is_uri, local_copy, plan_inputs
 
 

@@ -13,9 +13,9 @@ from clearsight.artifact import load_artifact, make_config, save_artifact
 from clearsight.convert.yolox_onnx import ConversionError, convert_yolox_onnx
 from clearsight.data.coco import CocoDataset, load_coco
 from clearsight.detection.coco_classes import COCO_IDS, COCO_NAMES
-from clearsight.detection.detector import Detector
-from clearsight.detection.evaluate import detect_dataset
 from clearsight.detection.preprocess import prepare
+from clearsight.engine.detect_evaluate import detect_dataset
+from clearsight.engine.detector import Detector
 from clearsight.metrics.coco_eval import evaluate_coco
 from clearsight.models.registry import count_parameters, get_spec
 from clearsight.models.yolox_nano import YOLOXNano

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from clearsight.artifact import LoadedModel
     from clearsight.compress.prune import PruneResult
     from clearsight.convert.paddle_import import ImportResult
-    from clearsight.detection.evaluate import DetectionEvalResult
     from clearsight.engine.compare import Comparison
+    from clearsight.engine.detect_evaluate import DetectionEvalResult
     from clearsight.engine.evaluate import EvalResult, ImageResult, ImagesHook
     from clearsight.engine.inference import Restorer
     from clearsight.engine.trainer import TrainResult
@@ -53,8 +53,8 @@ def evaluate_detection(
 ) -> DetectionEvalResult:
     """COCO bbox AP (AP, AP50, AP75, APs/m/l, per class) and per-image rows of the detector
     `model` on the COCO-format folder `data` (`annotations/instances_*.json` + images)."""
-    from clearsight.detection.detector import Detector
-    from clearsight.detection.evaluate import evaluate_coco_set
+    from clearsight.engine.detect_evaluate import evaluate_coco_set
+    from clearsight.engine.detector import Detector
 
     detector = Detector.from_pretrained(str(model), device=device)
     return evaluate_coco_set(

@@ -18,7 +18,7 @@ first (costs) and its differences from it (quality). Per row:
   A PyTorch model runs in PyTorch and in ONNX Runtime (exported in memory, parity-checked);
   an `.onnx` file only in ONNX Runtime;
 - quality with `data`: PSNR and SSIM (`engine/evaluate.py`, the first model's metric preset
-  for every row) on pairs; COCO AP (`detection/evaluate.py`) and the Astar contest's mAP and
+  for every row) on pairs; COCO AP (`engine/detect_evaluate.py`) and the Astar contest's mAP and
   score (`detection/astar.py`; PyTorch detectors and `--layout astar` files only) on a COCO
   folder.
 
@@ -256,10 +256,10 @@ def _detection_quality(
     loaded: LoadedModel, row: ModelRow, data: Path, max_images: int | None
 ) -> int:
     """COCO AP and the Astar figures; returns how many images AP was computed on."""
-    from clearsight.data.coco import load_coco
+    from clearsight.data.coco import find_coco_set, load_coco
     from clearsight.detection.astar import astar_score
-    from clearsight.detection.detector import Detector
-    from clearsight.detection.evaluate import detect_dataset, find_coco_set
+    from clearsight.engine.detect_evaluate import detect_dataset
+    from clearsight.engine.detector import Detector
     from clearsight.metrics.coco_eval import evaluate_coco
 
     n = 0

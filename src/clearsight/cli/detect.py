@@ -73,8 +73,8 @@ def detect_cmd(
         return
     if skip_existing:
         raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
-    from clearsight.detection.detector import Detector
-    from clearsight.engine.restore_files import FailedFile, FailuresCsvError
+    from clearsight.engine.detector import Detector
+    from clearsight.runtime.failures import FailedFile, FailuresCsvError
 
     detector = Detector.from_pretrained(model, device=device, backend=backend, precision=precision)
     with progress() as bar:

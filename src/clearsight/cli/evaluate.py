@@ -70,8 +70,7 @@ def _eval_detection(
         console.print(f"wrote {csv_path} and {json_path}")
     if report is not None:
         from clearsight.api import load_model
-        from clearsight.data.coco import load_coco
-        from clearsight.detection.evaluate import find_coco_set
+        from clearsight.data.coco import find_coco_set, load_coco
         from clearsight.report.detection import render_detection_report
         from clearsight.report.html import model_card, write_report
 

@@ -90,7 +90,7 @@ def parse_scales(text: str) -> tuple[float, ...]:
 def check_max_pixels(max_pixels: int | None) -> None:
     """--max-pixels and $CLEARSIGHT_MAX_PIXELS, checked with the other options: a bad
     value stops the command before any work (nothing created)."""
-    from clearsight.engine.restore_files import check_max_pixels as check
+    from clearsight.runtime.failures import check_max_pixels as check
 
     check(max_pixels)
 
@@ -152,7 +152,7 @@ def run_on_ray(
     printing each failed image as it comes back (`say_failed`, as the local engine does).
     Should failures.csv be unwritable, the run's `line(summary)` is printed before the
     error, so the summary is not lost."""
-    from clearsight.engine.restore_files import FailuresCsvError
+    from clearsight.runtime.failures import FailuresCsvError
 
     with progress() as bar:
         task = bar.add_task(what, total=None)
@@ -213,7 +213,8 @@ def restore_with_progress(
     """`restore_files` drawing one bar for the files and one for the current file's tiles,
     printing each failure and skipped file as it happens (and, `verbose`, each distinct
     choice of --backend auto, once, when made)."""
-    from clearsight.engine.restore_files import FailedFile, restore_files
+    from clearsight.engine.restore_files import restore_files
+    from clearsight.runtime.failures import FailedFile
 
     with progress() as bar:
         files = bar.add_task(what, total=None)
@@ -269,7 +270,7 @@ def restore_and_finish(
 ) -> None:
     """`restore_with_progress`, then `finish`; a failures.csv that cannot be written still
     gets the run's summary printed before its error."""
-    from clearsight.engine.restore_files import FailuresCsvError
+    from clearsight.runtime.failures import FailuresCsvError
 
     try:
         run = restore_with_progress(restorer, [Path(p) for p in inputs], out, what=what, **kw)

@@ -167,8 +167,8 @@ def _accuracy(
 
         res = astar_score(loaded, data)
         return res.map, res.madds, res.score
-    from clearsight.detection.detector import Detector
-    from clearsight.detection.evaluate import evaluate_coco_set
+    from clearsight.engine.detect_evaluate import evaluate_coco_set
+    from clearsight.engine.detector import Detector
 
     return float(evaluate_coco_set(Detector(loaded), data).coco.ap), None, None
 

@@ -28,7 +28,14 @@ from PIL import Image
 from clearsight.errors import ClearsightError
 from clearsight.io import apply_exif_orientation, image_size, read_image
 
-__all__ = ["BOX_TOLERANCE", "CocoFormatError", "CocoDataset", "CocoImage", "load_coco"]
+__all__ = [
+    "BOX_TOLERANCE",
+    "CocoDataset",
+    "CocoFormatError",
+    "CocoImage",
+    "find_coco_set",
+    "load_coco",
+]
 
 BOX_TOLERANCE = 1.0
 # The EXIF orientation that undoes each orientation (5 and 7 are their own inverses).
@@ -124,7 +131,7 @@ def _bbox(where: str, bbox: Any) -> tuple[float, float, float, float]:
         and all(math.isfinite(v) for v in bbox)
     )
     if not ok:
-        raise CocoFormatError(f"{where}: bbox must be 4 finite numbers (x, y, w, h), got {bbox!r}")
+        raise CocoFormatError(f"{where}: bbox must be [x, y, width, height], finite, got {bbox!r}")
     x, y, w, h = (float(v) for v in bbox)
     return x, y, w, h
 
@@ -238,3 +245,20 @@ def _check_image_file(path: Path, width: int, height: int, ann_path: Path) -> No
     w, h = image_size(path)
     if (w, h) not in ((width, height), (height, width)):
         raise CocoFormatError(f"{path}: image is {w}x{h} but {ann_path.name} says {width}x{height}")
+
+
+def find_coco_set(data: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """`DIR/annotations/instances_*.json` and its image folder (`DIR/<split>` named after the
+    JSON, e.g. val2017, else `DIR/images`): the layout COCO and its subsets ship in."""
+    root = Path(data)
+    found = sorted((root / "annotations").glob("instances_*.json"))
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)}"
+        raise CocoFormatError(
+            f"{root}: {what} annotations/instances_*.json found; a COCO-format set has one"
+        )
+    split = found[0].stem.removeprefix("instances_")
+    for images in (root / split, root / "images"):
+        if images.is_dir():
+            return found[0], images
+    raise CocoFormatError(f"{root}: no image folder {split}/ or images/ beside annotations/")

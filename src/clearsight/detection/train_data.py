@@ -108,7 +108,7 @@ class CocoDetectionDataset(Dataset[tuple[torch.Tensor, Target]]):
         cls, root: str | os.PathLike[str], spec: PreprocessSpec, class_ids: list[int], **kw: Any
     ) -> CocoDetectionDataset:
         """Open the COCO-format folder `root` (annotations/instances_*.json + images)."""
-        from clearsight.detection.evaluate import find_coco_set
+        from clearsight.data.coco import find_coco_set
 
         ann, images = find_coco_set(root)
         return cls(load_coco(ann, images), spec, class_ids, **kw)

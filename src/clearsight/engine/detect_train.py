@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 from clearsight.artifact import LoadedModel, ModelConfig, make_config
-from clearsight.data.coco import CocoDataset
+from clearsight.data.coco import CocoDataset, find_coco_set
 from clearsight.detection.coco_classes import COCO_IDS, COCO_NAMES
-from clearsight.detection.detector import Detector
-from clearsight.detection.evaluate import evaluate_detector, find_coco_set
 from clearsight.detection.losses import build_detection_loss
 from clearsight.detection.train_data import CocoDetectionDataset, Target
+from clearsight.engine.detect_evaluate import evaluate_detector
+from clearsight.engine.detector import Detector
 from clearsight.engine.train_config import TrainConfig, TrainConfigError
 from clearsight.engine.train_task import ValidationContext
 from clearsight.metrics.coco_eval import evaluate_coco

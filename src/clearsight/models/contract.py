@@ -255,7 +255,7 @@ class DetectionModel(nn.Module):
     Preprocessing (input size, stretch or letterbox, colour order, range, mean/std) is the
     artifact's `PreprocessSpec`, and the contiguous label -> dataset id map (COCO's sparse
     ids) is the artifact's `class_ids`/`class_names`: data, read by every consumer
-    (`detection/preprocess.py`, `detection/detector.py`), never re-declared.
+    (`detection/preprocess.py`, `engine/detector.py`), never re-declared.
     """
 
     task: ClassVar[str] = "detect"

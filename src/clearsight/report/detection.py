@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from clearsight.detection.evaluate import DetectionEvalResult
+from clearsight.engine.detect_evaluate import DetectionEvalResult
 from clearsight.metrics.coco_eval import PER_IMAGE_IOU, PER_IMAGE_SCORE_THRESHOLD
 from clearsight.report.html import (
     DEFAULT_K,

@@ -25,16 +25,16 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from clearsight.atomic import atomic_write_text, sweep_leftovers
-from clearsight.detection.detector import (
+from clearsight.engine.detector import (
     DEFAULT_DETECT_MODEL,
     DEFAULT_SCORE_THRESHOLD,
     RESULTS_FILE,
     image_ids,
 )
-from clearsight.engine.batch import check_link
-from clearsight.engine.restore_files import failure_reason
 from clearsight.errors import ClearsightError
 from clearsight.families import Family, family_of
+from clearsight.runtime.batch import check_link
+from clearsight.runtime.failures import failure_reason
 from clearsight.scale.inputs import WorkItem, local_copy, plan_inputs
 from clearsight.scale.ray_engine import (
     STATUS_DONE,
@@ -83,7 +83,7 @@ class DetectTask:
     device: str = "cpu"
 
     def load(self) -> BatchFn:
-        from clearsight.detection.detector import Detector
+        from clearsight.engine.detector import Detector
 
         detector = Detector.from_pretrained(self.model, device=self.device)
         return lambda items: self.run_batch(detector, items)

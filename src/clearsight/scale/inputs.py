@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from clearsight.engine.batch import plan_outputs
 from clearsight.errors import ClearsightError, ImageReadError
 from clearsight.io import IMAGE_EXTENSIONS, is_image_path
+from clearsight.runtime.batch import plan_outputs
 
 MANIFEST_SUFFIXES = (".txt", ".lst", ".manifest")
 _GLOB_CHARS = frozenset("*?[")

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from clearsight.engine.batch import check_link
 from clearsight.engine.inference import InferenceOptions
-from clearsight.engine.restore_files import (
+from clearsight.errors import ClearsightError, OptionError
+from clearsight.runtime.batch import check_link
+from clearsight.runtime.failures import (
     FailedFile,
     FailuresCsvError,
     check_finite,
@@ -34,7 +35,6 @@ from clearsight.engine.restore_files import (
     sweep_output_folders,
     update_failures_csv,
 )
-from clearsight.errors import ClearsightError, OptionError
 from clearsight.scale.inputs import WorkItem, local_copy, plan_inputs
 
 STATUS_DONE, STATUS_FAILED = "done", "failed"

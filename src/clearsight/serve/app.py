@@ -286,7 +286,7 @@ def create_app(
         ),
     )
     async def detect(request: Request) -> JSONResponse:
-        from clearsight.detection.detector import DEFAULT_SCORE_THRESHOLD
+        from clearsight.engine.detector import DEFAULT_SCORE_THRESHOLD
 
         data, fields = await server.read_form(request)
         check_fields(fields, "detect")

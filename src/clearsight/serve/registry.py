@@ -25,7 +25,7 @@ class ServedModel:
     name: str
     loaded: LoadedModel
     detector: Any = None
-    """A `clearsight.detection.detector.Detector` for detection models, else None."""
+    """A `clearsight.engine.detector.Detector` for detection models, else None."""
 
     @property
     def task(self) -> str:
@@ -66,7 +66,7 @@ def serve_model(name: str, loaded: LoadedModel, device: str = "cpu") -> ServedMo
     """Wrap one loaded model; detection models get their `Detector` (pre- and
     postprocessing and label map) built once here."""
     if loaded.is_detector:
-        from clearsight.detection.detector import Detector
+        from clearsight.engine.detector import Detector
 
         return ServedModel(name, loaded, Detector(loaded, device=device))
     from clearsight.engine.inference import Restorer

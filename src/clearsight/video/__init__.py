@@ -6,14 +6,13 @@ against clean frames. docs/video.md describes what each does with timestamps, ro
 odd sizes, audio and bad input.
 """
 
-from clearsight.video.frames import FrameFolderReader, FrameFolderWriter, list_frames
+from clearsight.video.frames import FrameFolderReader, FrameFolderWriter, list_frames, open_source
 from clearsight.video.io import (
     Frame,
     SideStreams,
     VideoInfo,
     VideoReader,
     VideoWriter,
-    open_source,
     probe_video,
 )
 from clearsight.video.restore import VideoRestoreResult, restore_video

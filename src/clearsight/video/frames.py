@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import cv2
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from clearsight.atomic import atomic_dir
 from clearsight.errors import ClearsightError, OptionError, VideoReadError, VideoWriteError
 from clearsight.io import list_images, read_image, to_uint8
-from clearsight.video.io import Frame, VideoInfo, _seconds
+from clearsight.video.io import Frame, VideoInfo, VideoReader, _seconds
 
 FRAME_NAME = "{:06d}.png"
 _NUMBER = re.compile(r"(\d+)")
@@ -189,3 +190,14 @@ class FrameFolderWriter:
             self.close()
         else:
             self.abort(exc)
+
+
+def open_source(
+    path: str | Path, *, fps: float | None = None, max_pixels: int | None = None
+) -> Any:
+    """A reader for `path`: a `VideoReader` for a video file, a `FrameFolderReader` (at
+    `fps`) for a folder of numbered frames. Both have `info`, `frames()` and `close()`."""
+    p = Path(path)
+    if p.is_dir():
+        return FrameFolderReader(p, fps=fps, max_pixels=max_pixels)
+    return VideoReader(p, max_pixels=max_pixels)

@@ -433,19 +433,6 @@ def probe_video(path: str | Path, *, max_pixels: int | None = None) -> VideoInfo
         return reader.info
 
 
-def open_source(
-    path: str | Path, *, fps: float | None = None, max_pixels: int | None = None
-) -> Any:
-    """A reader for `path`: a `VideoReader` for a video file, a `FrameFolderReader` (at
-    `fps`) for a folder of numbered frames. Both have `info`, `frames()` and `close()`."""
-    p = Path(path)
-    if p.is_dir():
-        from clearsight.video.frames import FrameFolderReader
-
-        return FrameFolderReader(p, fps=fps, max_pixels=max_pixels)
-    return VideoReader(p, max_pixels=max_pixels)
-
-
 # --------------------------------------------------------------------------- writing
 
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from clearsight.errors import OptionError, VideoWriteError
 from clearsight.out_paths import check_output_file, check_output_folder
-from clearsight.video.frames import FrameFolderWriter
-from clearsight.video.io import DEFAULT_CODEC, Frame, VideoWriter, open_source
+from clearsight.video.frames import FrameFolderWriter, open_source
+from clearsight.video.io import DEFAULT_CODEC, Frame, VideoWriter
 
 _log = logging.getLogger(__name__)
 FrameFn = Callable[[np.ndarray], np.ndarray]

@@ -19,7 +19,7 @@ from clearsight.metrics.warping import (
     score_frames,
     warping_error,
 )
-from clearsight.video.io import open_source
+from clearsight.video.frames import open_source
 
 
 def _images(path: str | Path, fps: float | None, max_pixels: int | None) -> Iterator[np.ndarray]:

@@ -29,7 +29,7 @@ from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 
 if TYPE_CHECKING:
-    from clearsight.engine.restore_files import FailedFile
+    from clearsight.runtime.failures import FailedFile
 
 __all__ = [
     "DEFAULT_DETECT_MODEL",
@@ -244,15 +244,15 @@ class Detector:
         all are numbers, as COCO's are, else positions 0..N-1; each entry also names its file.
         A file that fails is recorded (`on_failure`, `DetectRun.failed`, OUT/failures.csv) and
         the run goes on, as `clearsight.restore_files` does, unless `fail_fast`."""
-        from clearsight.engine.batch import check_link, plan_outputs
-        from clearsight.engine.restore_files import (
+        from clearsight.out_paths import check_output_folder
+        from clearsight.runtime.batch import check_link, plan_outputs
+        from clearsight.runtime.failures import (
             FailedFile,
             FailuresCsvError,
             failure_reason,
             sweep_output_folders,
             update_failures_csv,
         )
-        from clearsight.out_paths import check_output_folder
 
         started = time.time()  # this run's start: older leftovers of dead writers are swept
         out = check_output_folder(out_dir)

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from clearsight.atomic import atomic_write_text
-from clearsight.data.coco import CocoDataset, CocoFormatError, load_coco
-from clearsight.detection.detector import Detections, Detector
+from clearsight.data.coco import CocoDataset, find_coco_set, load_coco
+from clearsight.engine.detector import Detections, Detector
 from clearsight.metrics.coco_eval import (
     Backend,
     CocoEvalResult,
@@ -42,7 +42,6 @@ __all__ = [
     "detect_dataset",
     "evaluate_coco_set",
     "evaluate_detector",
-    "find_coco_set",
 ]
 
 EVAL_SCORE_THRESHOLD = 0.001
@@ -155,23 +154,6 @@ class DetectionEvalResult:
 
 def _json_float(v: float) -> float | None:
     return v if math.isfinite(v) else None
-
-
-def find_coco_set(data: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """`DIR/annotations/instances_*.json` and its image folder (`DIR/<split>` named after the
-    JSON, e.g. val2017, else `DIR/images`): the layout COCO and its subsets ship in."""
-    root = Path(data)
-    found = sorted((root / "annotations").glob("instances_*.json"))
-    if len(found) != 1:
-        what = "no" if not found else f"{len(found)}"
-        raise CocoFormatError(
-            f"{root}: {what} annotations/instances_*.json found; a COCO-format set has one"
-        )
-    split = found[0].stem.removeprefix("instances_")
-    for images in (root / split, root / "images"):
-        if images.is_dir():
-            return found[0], images
-    raise CocoFormatError(f"{root}: no image folder {split}/ or images/ beside annotations/")
 
 
 def evaluate_coco_set(
