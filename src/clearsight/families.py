@@ -22,7 +22,7 @@ from typing import Any
 
 from clearsight.errors import UnknownNameError
 
-__all__ = ["FAMILIES", "Backend", "Family", "FamilyRow", "family_of", "row_for"]
+__all__ = ["FAMILIES", "REFERENCES", "Backend", "Family", "FamilyRow", "family_of", "row_for"]
 
 
 class Family(enum.Enum):
@@ -42,34 +42,66 @@ class Backend(enum.Enum):
 
 @dataclass(frozen=True)
 class FamilyRow:
-    """One family: the registry tasks it covers and where its parts live."""
+    """One family: the registry tasks it covers and where its parts live.
+
+    Fields holding `"module:name"` are resolved by `load(field)`; the rest are data."""
 
     family: Family
     tasks: tuple[str, ...]
     """Registry task names of this family (`register_model(task=...)`)."""
+    runner: str
+    """Runs a loaded model on images: `Runner(loaded, ...)`."""
+    file_run: str
+    """Runs it over files and folders into an output folder (names mirrored, failures.csv)."""
+    evaluator: str
+    """Scores it on a data folder of this family's layout (`clearsight eval`)."""
     default_metric: str
     """What `clearsight eval` reports first and the best model is chosen by."""
     training_task: str
     """`TrainingTask` factory (engine/train_task.py): `factory(model, config, init)`."""
+    export_layouts: tuple[str, ...]
+    """ONNX graph layouts `clearsight export --layout` offers (empty: one layout only)."""
+    serve_endpoint: str
+    """The server's route for this family's requests."""
+    ray_task: str
+    """The file run on a Ray cluster (`--engine ray`)."""
 
     def load(self, part: str) -> Any:
         """The object that field `part` names, imported now."""
         module, _, name = str(getattr(self, part)).partition(":")
-        return getattr(importlib.import_module(module), name)
+        obj: Any = importlib.import_module(module)
+        for attr in name.split("."):
+            obj = getattr(obj, attr)
+        return obj
 
+
+REFERENCES = ("runner", "file_run", "evaluator", "training_task", "ray_task")
+"""The fields of a `FamilyRow` that name code (resolved by `FamilyRow.load`)."""
 
 FAMILIES: dict[Family, FamilyRow] = {
     Family.RESTORATION: FamilyRow(
         family=Family.RESTORATION,
         tasks=("derain", "demoire", "any"),
+        runner="clearsight.engine.inference:Restorer",
+        file_run="clearsight.engine.restore_files:restore_files",
+        evaluator="clearsight.engine.evaluate:evaluate",
         default_metric="psnr",
         training_task="clearsight.engine.restore_train:RestorationTask",
+        export_layouts=(),
+        serve_endpoint="/v1/restore",
+        ray_task="clearsight.scale.ray_engine:restore_files_ray",
     ),
     Family.DETECTION: FamilyRow(
         family=Family.DETECTION,
         tasks=("detect",),
+        runner="clearsight.engine.detector:Detector",
+        file_run="clearsight.engine.detector:Detector.detect_files",
+        evaluator="clearsight.engine.detect_evaluate:evaluate_coco_set",
         default_metric="AP",
         training_task="clearsight.engine.detect_train:DetectionTask",
+        export_layouts=("decoded", "astar"),
+        serve_endpoint="/v1/detect",
+        ray_task="clearsight.scale.detect_ray:detect_files_ray",
     ),
 }
 

@@ -39,6 +39,7 @@ from torch import nn
 from clearsight.convert.paddle_maps import TABLES, Site
 from clearsight.convert.paddle_pickle import read_pdparams
 from clearsight.errors import ClearsightError
+from clearsight.families import Family, family_of
 
 # Import options given with --set (everything else is an architecture argument).
 OPTION_DEFAULTS: dict[str, Any] = {"bn_eps": 1e-5, "lost_blocks": "refuse"}
@@ -342,7 +343,7 @@ def import_paddle(
         "findings": findings,
     }
     config = make_config(model, architecture, arch_args, name=name, provenance=provenance)
-    if getattr(model, "task", None) == "detect":
+    if family_of(config.task) is Family.DETECTION:
         _set_classes(config, model)
     path = save_artifact(model, out, config)
     return ImportResult(path, architecture, arch_args, len(state), findings)

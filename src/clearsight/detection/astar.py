@@ -49,8 +49,10 @@ from torch import nn
 from clearsight.data.coco import load_coco
 from clearsight.detection.coco_classes import COCO_IDS
 from clearsight.errors import ClearsightError, ImageReadError
+from clearsight.families import Family, family_of
 from clearsight.measure.madds import MAddsCount, count_madds, count_madds_onnx
 from clearsight.metrics.coco_eval import with_scorer_defaults
+from clearsight.models.contract import DetectionModel
 
 CONTEST_SIZE = (300, 300)
 CONTEST_MEAN = 127.5
@@ -239,7 +241,7 @@ class ContestAdapter(nn.Module):
 
     def __init__(self, model: nn.Module, config: Any) -> None:
         super().__init__()
-        if not hasattr(model, "decode"):
+        if not isinstance(model, DetectionModel):
             raise ClearsightError(
                 f"model {config.name or config.architecture}: the Astar adapter needs "
                 "decode(raw) -> (boxes, scores); this detector has none"
@@ -353,28 +355,26 @@ class ContestModel:
     runtime: str
 
 
-def _load_model(model_ref: Any) -> tuple[Any, Any, str]:
+def _load_model(model_ref: Any) -> tuple[Any, Any, str, bool]:
+    """(model, config, source, run by ONNX Runtime?) of what `astar_score` was given."""
     from clearsight.artifact import LoadedModel
 
     if isinstance(model_ref, ContestModel):
-        return model_ref, model_ref.config, model_ref.source
-    if isinstance(model_ref, LoadedModel):
-        return model_ref.model, model_ref.config, model_ref.source
-    from clearsight.zoo import resolve_model
+        return model_ref, model_ref.config, model_ref.source, False
+    if not isinstance(model_ref, LoadedModel):
+        from clearsight.zoo import resolve_model
 
-    loaded = resolve_model(str(model_ref))
-    return loaded.model, loaded.config, loaded.source
+        model_ref = resolve_model(str(model_ref))
+    return model_ref.model, model_ref.config, model_ref.source, model_ref.on_onnxruntime
 
 
 def _contest_runner(
-    model: Any, config: Any, device: str, halve_quantized: bool
+    model: Any, config: Any, device: str, halve_quantized: bool, on_onnxruntime: bool = False
 ) -> tuple[Runner, MAddsCount, str, str]:
     """What runs the contest batches, its MAdds, the report's note and the runtime: a
     clearsight detector behind `ContestAdapter`, an ONNX file exported with `--layout
     astar` (ONNX Runtime, MAdds counted on its graph), or a `ContestModel`."""
-    from clearsight.runtime.ort_detect import OrtDetector
-
-    if config.task != "detect":
+    if family_of(config.task) is not Family.DETECTION:
         raise ClearsightError(
             f"model {config.name or config.architecture} is a {config.task!r} model, not a "
             "detector (task 'detect')"
@@ -382,7 +382,7 @@ def _contest_runner(
     if isinstance(model, ContestModel):
         count = replace(model.count, halve_quantized=halve_quantized)
         return model.run, count, model.note, model.runtime
-    if isinstance(model, OrtDetector):
+    if on_onnxruntime:
         if model.layout != "astar" or model.model_data is None:
             raise ClearsightError(
                 f"{model.source}: astar-score runs ONNX files exported with --layout astar "
@@ -433,8 +433,8 @@ def astar_score(
     # and entry for bad JSON, boxes, dangling ids or image paths outside val2017/
     dataset = load_coco(ann, img_dir)
     paths = {entry.id: entry.path for entry in dataset.images}
-    model, config, source = _load_model(model_ref_or_loaded)
-    run, count, note, runtime = _contest_runner(model, config, device, q.halve_quantized)
+    model, config, source, ort = _load_model(model_ref_or_loaded)
+    run, count, note, runtime = _contest_runner(model, config, device, q.halve_quantized, ort)
     if runner is not None:
         runtime = getattr(runner, "runtime", type(runner).__name__)
     with contextlib.redirect_stdout(io.StringIO()):

@@ -107,15 +107,14 @@ class Detector:
             self.model.check_runs_as_detector()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
         # labels, not class outputs: SSD's background output has no label (and no class id)
-        num_labels = getattr(self.model, "num_labels", getattr(self.model, "num_classes", None))
+        num_labels = int(self.model.num_labels)  # the DetectionModel contract
         ids = cfg.class_ids
         names = cfg.class_names
         if ids is None:
-            n = int(num_labels) if num_labels is not None else 0
-            ids = list(range(n))
+            ids = list(range(num_labels))
         if names is None:
             names = [f"class {i}" for i in ids]
-        if num_labels is not None and len(ids) != num_labels:
+        if len(ids) != num_labels:
             raise ClearsightError(
                 f"{loaded.source}: class_ids lists {len(ids)} classes, the model predicts "
                 f"{num_labels}"
@@ -310,17 +309,6 @@ def _colour(label: int) -> tuple[int, int, int]:
 
 
 def _postprocessor(loaded: LoadedModel) -> Callable[..., list[dict[str, torch.Tensor]]]:
-    """The model's own `postprocess`, or, for a graph run by ONNX Runtime, the registered
-    architecture's (decoding and NMS are not part of the exported graph)."""
-    post = getattr(loaded.model, "postprocess", None)
-    if callable(post):
-        return post  # type: ignore[no-any-return]
-    from clearsight.models.registry import build_model
-
-    reference = build_model(loaded.config.architecture, **loaded.config.arch_args)
-    post = getattr(reference, "postprocess", None)
-    if not callable(post):
-        raise ClearsightError(
-            f"{loaded.source}: architecture {loaded.config.architecture!r} has no postprocess"
-        )
-    return post  # type: ignore[no-any-return]
+    """The model's `postprocess` (the DetectionModel contract; a graph run by ONNX Runtime
+    decodes and runs NMS with its registered architecture's, `runtime/ort_detect.py`)."""
+    return loaded.model.postprocess  # type: ignore[no-any-return]

@@ -1,8 +1,6 @@
 """The training loop: `train(config, run_dir)` from Python, `clearsight train` from the shell.
 
-The loop itself (`_Run.loop`) fits on one screen; the pieces around it are small helpers:
-a resumable batch stream (epoch, position), a step-indexed learning-rate schedule, an EMA
-of the weights, validation, and exports through `save_artifact`.
+The loop itself (`_Run.loop`) fits on one screen; the pieces around it are small helpers.
 
 Faults lose nothing: a checkpoint is written atomically every `ckpt_every` steps (and at the
 start, so a rollback always has a target); resume continues bit-exactly on CPU; a NaN/Inf
@@ -11,9 +9,8 @@ and more than `max_rollbacks` rollbacks stop the run with `TrainingDivergedError
 skipped step is logged with where the NaN/inf was found (`TrainResult.nan_events`), and no
 checkpoint or artifact is ever written holding one.
 
-Quantization-aware training (`train.qat`, `engine/qat.py`): the model trains
-with fake-quantized convolutions; a skipped step also undoes what its batch did to the
-quantizers' ranges, and the observers freeze at `train.qat.freeze_step`.
+Quantization-aware training (`train.qat`, `engine/qat.py`): fake-quantized convolutions;
+a skipped step also undoes its batch's effect on the quantizers' ranges.
 
 What differs between task families (data, loss, validation, the best-model rule, the
 exported config) is the family's `TrainingTask` (`engine/train_task.py`), found in the family
@@ -206,6 +203,16 @@ class _Run:
         self.nan_skipped = int(s["counters"]["nan_skipped"])
         self.rollbacks = int(s["counters"]["rollbacks"])
         self.stream.seek(int(s["epoch"]), int(s["position"]))
+
+    def resume(self, s: dict[str, Any]) -> None:
+        """Continue from checkpoint `s`: one line naming the file if it does not fit."""
+        try:
+            self.load(s)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            where = self.run_dir / CHECKPOINT_FILE
+            raise CheckpointError(f"{where}: does not fit this run ({one_line(exc)})") from exc
+        if self.d.main:
+            truncate_log(self.run_dir / LOG_FILE, self.step)
 
     def nonfinite_weights(self) -> list[str]:
         """Parameters and buffers (of the model and its EMA) holding NaN or inf."""
@@ -438,12 +445,8 @@ class _Run:
             )
         rollbacks, scale, skipped = self.rollbacks + 1, self.lr_scale * 0.5, self.nan_skipped
         self.load(load_checkpoint(self.ckpt_path))
-        self.rollbacks, self.lr_scale, self.nan_skipped, self.nan_streak = (
-            rollbacks,
-            scale,
-            skipped,
-            0,
-        )
+        self.rollbacks, self.lr_scale, self.nan_skipped = rollbacks, scale, skipped
+        self.nan_streak = 0
         self.log({"step": self.step, "rollback": rollbacks, "lr_scale": scale})
 
 
@@ -482,19 +485,11 @@ def train(
             run.mkdir(parents=True, exist_ok=True)
             sweep_leftovers(run, before=started)  # temporary files of a killed earlier run
         r = _Run(config, run, d, overfit_batch)
-        if start is not None:
-            try:
-                r.load(start)
-            except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
-                r.log.close()
-                raise CheckpointError(
-                    f"{run / CHECKPOINT_FILE}: does not fit this run ({one_line(exc)})"
-                ) from exc
-            if d.main:
-                truncate_log(run / LOG_FILE, r.step)
-        elif not overfit_batch:
-            r.save()  # step 0: a rollback target before the first update
         try:
+            if start is not None:
+                r.resume(start)
+            elif not overfit_batch:
+                r.save()  # step 0: a rollback target before the first update
             with TrainBar(config.train.steps, r.step, progress and d.main) as bar:
                 return r.loop(bar)
         finally:

@@ -48,6 +48,7 @@ from clearsight.errors import ClearsightError
 from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult
 from clearsight.export.common import add_metadata as _add_metadata
 from clearsight.export.onnx_detect import export_detection_bytes
+from clearsight.families import FAMILIES
 from clearsight.models.contract import RestorationModel, as_restoration_model
 from clearsight.onnx_meta import (
     EXPORT_FORMAT_VERSION,
@@ -238,12 +239,14 @@ def export_onnx_bytes(
     A detector goes through `export/onnx_detect.py` in `layout` (default "decoded")."""
     if loaded.on_onnxruntime:
         raise ExportError(f"{loaded.source} is already an ONNX model")
-    if loaded.is_detector:
-        return export_detection_bytes(loaded, layout or "decoded", tolerance=tolerance)
-    if layout is not None:
+    layouts = FAMILIES[loaded.family].export_layouts  # the first is the default
+    if layout is not None and not layouts:
         raise ExportError(
             f"--layout applies to detectors; {loaded.source} is a {loaded.config.task!r} model"
         )
+    if loaded.is_detector:
+        chosen = layouts[0] if layout is None else layout
+        return export_detection_bytes(loaded, chosen, tolerance=tolerance)
     model = as_restoration_model(loaded.model.eval().to("cpu"))
     graph, names = model.export_graph()
     layout = model.stats_layout()

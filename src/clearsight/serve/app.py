@@ -33,7 +33,7 @@ from starlette.requests import ClientDisconnect
 from clearsight._version import __version__
 from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
-from clearsight.families import Family
+from clearsight.families import FAMILIES, Family
 from clearsight.io import resolve_max_pixels
 from clearsight.serve.limits import ServeLimits
 from clearsight.serve.options import (
@@ -101,7 +101,7 @@ class Server:
             known = ", ".join(self.models)
             raise ApiError(404, f"unknown model {name!r}; this server has: {known}")
         if (family is Family.DETECTION) != served.is_detector:
-            other = "/v1/detect" if served.is_detector else "/v1/restore"
+            other = FAMILIES[served.loaded.family].serve_endpoint
             raise ApiError(422, f"model {name!r} is a {served.task!r} model; send it to {other}")
         return served
 
@@ -241,7 +241,7 @@ def create_app(
         }
 
     @app.post(
-        "/v1/restore",
+        FAMILIES[Family.RESTORATION].serve_endpoint,
         summary="Restore an image (PNG out, or JSON with a base64 PNG when format=json)",
         responses={200: {"content": {"image/png": {}, "application/json": {}}}},
         openapi_extra=_form_schema(
@@ -275,7 +275,7 @@ def create_app(
         return Response(png, media_type="image/png", headers=headers)
 
     @app.post(
-        "/v1/detect",
+        FAMILIES[Family.DETECTION].serve_endpoint,
         summary="Detect objects: COCO results JSON, optionally with a drawn copy (base64 PNG)",
         openapi_extra=_form_schema(
             {
