@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from clearsight.artifact import LoadedModel
+from clearsight.engine.ort_backend import OrtModel
 from clearsight.errors import ClearsightError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
@@ -89,7 +90,8 @@ class VideoModel(Protocol):
 class Windowed:
     """A video restoration model (S2VD) on whole windows: padded to its multiple, tiled in
     space when the frames exceed `max_untiled_pixels` (or always at `tile`; 0: never),
-    cropped back. `spec` replaces the config's window (the official one for S2VD)."""
+    cropped back. `spec` replaces the config's window (the official one for S2VD). An
+    exported model (ONNX Runtime) runs each window whole, untiled."""
 
     def __init__(
         self,
@@ -124,6 +126,9 @@ class Windowed:
         # pad as a batch of frames (reflect padding takes 4-D input)
         frames = pad_to_multiple(window[0].transpose(0, 1).to(self.device), self.pad)
         x = frames.transpose(0, 1).unsqueeze(0)
+        if isinstance(self.net, OrtModel):  # the exported graph: one window, frames as batch
+            y = self.net.run_all(x[0].transpose(0, 1))[self.net.main_output]
+            return y.transpose(0, 1).unsqueeze(0)[..., :h, :w].clamp_(0.0, 1.0)
         tile = self._tile_for(h, w)
         own = self.net.tiled_path()
         y = own(x, tile=tile) if tile is not None and own is not None else self.net(x)

@@ -33,14 +33,14 @@ from clearsight.errors import ClearsightError
 from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
 from clearsight.models.registry import register_model
 from clearsight.preprocess import PreprocessSpec
-from clearsight.tiling import Progress, tiled_apply
+from clearsight.tiling import Progress, grid_spans
 
 SCALE = 2  # space-to-depth factor
 REFERENCE_PARAMS = 525_260  # the official derainer_rho05.pt at channels 32, blocks 8
 WINDOW_FRAMES = 24  # the official test's window and context (test_NTURain_synthetic.py)
 CONTEXT_FRAMES = 2
 # Space reach in full-resolution pixels: 19 half-resolution convs (38 px, +1 for the 2x2
-# cell) then 3 full-resolution ones. Tiles in `restore_tiled` carry 24 half-res px (48 px).
+# cell) then 3 full-resolution ones. Tiles in `restore_tiled` carry a 48 px halo (24 cells).
 RECEPTIVE_RADIUS = 2 * 19 + 1 + 3
 TILE_HALO_HALF = 24
 DEFAULT_TILE = 512
@@ -151,24 +151,29 @@ class S2VD(RestorationModel):
         self, x: torch.Tensor, *, tile: int, progress: Progress | None = None, **_: object
     ) -> torch.Tensor:
         """`self(x)` computed in spatial tiles of about `tile` px (every frame of the window
-        at once), equal to the untiled output to float precision: tiles are cut on the
-        half-resolution grid (so every 2x2 cell stays whole) with a halo wider than the
-        reach. Memory then scales with the tile, not the frame."""
+        at once), equal to the untiled output to float precision: tiles are cut on even
+        coordinates (so every 2x2 cell stays whole) and carry a halo wider than the reach,
+        and only their cores are kept. Memory: the input, the output and one tile's
+        activations, so it scales with the tile, not the frame."""
         if x.ndim not in (4, 5) or x.shape[-2] % SCALE or x.shape[-1] % SCALE:
             self(x)  # raises the one-line error for this shape
         five = x if x.ndim == 5 else x.unsqueeze(2)
-        b, c, t, h, w = five.shape
-        cells = F.pixel_unshuffle(five.reshape(b, c * t, h, w), SCALE)
-
-        def run(piece: torch.Tensor) -> torch.Tensor:
-            ph, pw = piece.shape[-2:]
-            frames = F.pixel_shuffle(piece, SCALE).reshape(b, c, t, ph * SCALE, pw * SCALE)
-            out = self._window(frames).reshape(b, c * t, ph * SCALE, pw * SCALE)
-            return F.pixel_unshuffle(out, SCALE)
-
-        half = max(1, tile // SCALE)
-        out = tiled_apply(run, cells, tile=half, halo=TILE_HALO_HALF, progress=progress)
-        out = F.pixel_shuffle(out, SCALE).reshape(b, c, t, h, w)
+        h, w = five.shape[-2:]
+        halo = TILE_HALO_HALF * SCALE
+        # the grid is laid on the half-resolution cells, so every boundary is even
+        rows = [(a * SCALE, b * SCALE) for a, b in grid_spans(h // SCALE, max(1, tile // SCALE))]
+        cols = [(a * SCALE, b * SCALE) for a, b in grid_spans(w // SCALE, max(1, tile // SCALE))]
+        out = torch.empty_like(five)
+        done = 0
+        for r0, r1 in rows:
+            for c0, c1 in cols:
+                ir0, ir1 = max(0, r0 - halo), min(h, r1 + halo)
+                ic0, ic1 = max(0, c0 - halo), min(w, c1 + halo)
+                y = self._window(five[..., ir0:ir1, ic0:ic1])
+                out[..., r0:r1, c0:c1] = y[..., r0 - ir0 : r1 - ir0, c0 - ic0 : c1 - ic0]
+                done += 1
+                if progress is not None:
+                    progress(done, len(rows) * len(cols))
         return out if x.ndim == 5 else out.squeeze(2)
 
     def export_graph(self) -> tuple[nn.Module, list[str]]:
