@@ -179,6 +179,7 @@ def test_restore_frames_keeps_tensors_as_tensors_and_checks_every_frame():
     frames = [torch.full((3, 4, 4), 0.5) for _ in range(4)]
     out = list(restore_frames(frames, model))
     assert len(out) == 4 and all(isinstance(y, torch.Tensor) and y.shape == (3, 4, 4) for y in out)
+    assert list(restore_frames([], model)) == []
     bad = _numbered(3) + [np.zeros((4, 8, 3), np.uint8)]
     with pytest.raises(FrameSequenceError, match="frame 3: size 4x8 differs"):
         list(restore_frames(bad, model))

@@ -137,8 +137,8 @@ def save_s2vd_artifact(
             "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(),
         },
         "converter": "clearsight.convert.s2vd (names mapped one to one, tensors unchanged)",
-        "trained_on": "S2VD's release (rho 0.5, synthetic NTURain + real rainy videos); "
-        "not trained by us",
+        "trained_on": "NTURain: synthetic training clips (labelled) and real rainy clips "
+        "(unlabelled), S2VD's rho 0.5 release; not trained by us",
     }
     provenance.update(extra_provenance or {})
     config = make_config(model, "s2vd", args, name=name, provenance=provenance)
