@@ -3,6 +3,7 @@
 
     python benchmarks/video_derain.py [--frames DIR] [--clean DIR] [--first 3] [--last 166]
                                       [--image-stride 1] [--threads 2] [--json FILE]
+    python benchmarks/video_derain.py --tile-memory [--threads 2]
 
 Defaults: NTURain's synthetic clip a1 as extracted from the S2VD repository
 (`/work/data/s2vd/testsets/synthetic_NTURain/a1_Rain` and `a1_GT`, 168 jpg frames 640x480;
@@ -29,6 +30,10 @@ both; on a shared CPU the seconds vary from run to run, the ratio much less. The
 error (Lai et al.'s temporal consistency, flow on the clean frames) column is filled by
 `warping_column` where `clearsight.metrics.warping` is installed (branch video-io); until
 that is merged it reads n/a.
+
+`--tile-memory` measures something else: one window of 4 random 1280x720 frames through
+`Windowed` untiled and in 256-pixel tiles, each in a fresh process, with its peak RSS, its
+time and the largest difference between the two outputs (sampled every 8th pixel).
 """
 
 from __future__ import annotations
@@ -106,6 +111,54 @@ class TimedWindows:
         return out
 
 
+TILE_CHECK = (4, 720, 1280)  # frames, height, width of the tile-memory window
+
+
+def tile_run(tile: int, model: str) -> None:
+    """One window of random frames through `Windowed` at `tile` (0: untiled), in this fresh
+    process: its peak RSS, seconds, and a subsample of the output for the comparison."""
+    import resource
+
+    from clearsight.engine.video_window import Windowed
+
+    t, h, w = TILE_CHECK
+    video = Windowed(resolve_model(model), tile=tile, spec=WindowSpec(t, 0))
+    x = torch.rand(1, 3, t, h, w, generator=torch.Generator().manual_seed(0))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    t0 = time.perf_counter()
+    y = video(x)
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sample = y[..., ::8, ::8].flatten().tolist()
+    print(json.dumps({"tile": tile, "peak_mib": peak, "before_mib": before, "s": seconds,
+                      "sample": sample}))  # fmt: skip
+
+
+def tile_memory(model: str, threads: int) -> None:
+    """Untiled against 256-pixel tiles, each in a fresh process (peak RSS is per process)."""
+    import subprocess
+
+    runs = []
+    for tile in (0, 256):
+        cmd = [sys.executable, __file__, "--tile-run", str(tile), "--threads", str(threads),
+               "--video-model", model]  # fmt: skip
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    diff = max(abs(a - b) for a, b in zip(runs[0]["sample"], runs[1]["sample"], strict=True))
+    t, h, w = TILE_CHECK
+    rows = [
+        [str(r["tile"] or "untiled"), f"{r['peak_mib']:,.0f}", f"{r['before_mib']:,.0f}",
+         f"{r['s']:.1f}"]
+        for r in runs
+    ]  # fmt: skip
+    print_table(
+        f"{model}: one window of {t} random {w}x{h} frames, torch threads {threads}; "
+        f"max |tiled - untiled| on every 8th pixel {diff:.2g}",
+        ["tile", "peak RSS MiB", "before the window", "s"],
+        rows,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=Path, default=NTURAIN / "a1_Rain")
@@ -118,8 +171,20 @@ def main() -> None:
     ap.add_argument("--image-model", default="default-derain")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--tile-memory",
+        action="store_true",
+        help="instead: peak memory and time of one window untiled and tiled",
+    )
+    ap.add_argument("--tile-run", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.tile_run is not None:
+        tile_run(args.tile_run, args.video_model)
+        return
+    if args.tile_memory:
+        tile_memory(args.video_model, args.threads)
+        return
     preset = get_preset("y-matlab")
 
     rain_paths = list_frames(args.frames)
