@@ -12,7 +12,7 @@ side by side in one run:
   (channels-last, oneDNN) and in ONNX Runtime (a one-node graph, the session options
   `clearsight` uses);
 
-then, from the models' MAC counts (`clearsight.profile.count_macs`), the time each would take
+then, from the models' MAC counts (`clearsight.measure.macs.count_macs`), the time each would take
 at `--size` if every MAC ran at the best measured rate. Median of `--runs` after a warm-up;
 1 MAC = 2 FLOP. The CPU may be shared: the load average is printed.
 """
@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from clearsight.measure.macs import count_macs
 from clearsight.models.registry import build_model
-from clearsight.profile import count_macs
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _tables import median_time, print_table  # noqa: E402 - beside this script
@@ -56,7 +56,7 @@ def ort_conv_session(cin: int, cout: int, dilation: int, threads: int) -> Any:
     """A one-Conv ONNX graph in the session `clearsight`'s ONNX Runtime backend makes."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from clearsight.engine.ort_backend import make_session
+    from clearsight.runtime.ort_backend import make_session
 
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((cout, cin, 3, 3)).astype(np.float32), "w")

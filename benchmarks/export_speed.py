@@ -11,7 +11,7 @@ sharing whole-image tone vectors). ONNX Runtime gets the model exported to a fil
 (parity-checked at 64x96 and 67x93); `onnxruntime untiled` runs it untiled (`--tile 0`).
 
 The `onnxruntime tiled` row (at the largest size, for RESCAN and MBCNN) makes ONNX Runtime
-tile with shared whole-image statistics (engine/ort_backend.py): tiles of the model's
+tile with shared whole-image statistics (runtime/ort_backend.py): tiles of the model's
 default tile size (512), statistics from an antialiased downscale to `--stats-pixels`
 (default 512x512, a 2x downscale at 1024x1024). That is what the Restorer does by default
 for RESCAN above 512x512; MBCNN's defaults (untiled up to 1 MP, statistics from up to 1 MP)
@@ -46,9 +46,10 @@ from pathlib import Path
 import torch
 
 from clearsight.errors import ClearsightError
+from clearsight.measure.macs import count_macs
 from clearsight.models.contract import as_restoration_model
 from clearsight.models.registry import list_specs
-from clearsight.profile import count_macs, measure_in_subprocess, run_json_worker, time_restorer
+from clearsight.profile import measure_in_subprocess, run_json_worker, time_restorer
 from clearsight.zoo import resolve_model
 
 TARGETS = {"rescan": (3.0, 1024.0), "mbcnn": (6.0, 3072.0), "mbcnn-light": (6.0, 3072.0)}

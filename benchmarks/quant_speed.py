@@ -35,8 +35,8 @@ from clearsight.compress.quant_report import quant_report
 from clearsight.compress.quantize import QuantizeOptions, quantize_model
 from clearsight.data.pairs import find_pairs
 from clearsight.data.synth_rain import rain_pair
-from clearsight.engine.ort_backend import load_onnx
 from clearsight.io import list_images, read_image, write_image
+from clearsight.runtime.ort_backend import load_onnx
 from clearsight.zoo import resolve_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

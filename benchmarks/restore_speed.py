@@ -99,7 +99,7 @@ def _official_restore(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 def _restorer(model: Any, tile: int | None = None) -> Any:
     from clearsight.artifact import LoadedModel
     from clearsight.engine.inference import InferenceOptions, Restorer
-    from clearsight.engine.ort_backend import load_onnx
+    from clearsight.runtime.ort_backend import load_onnx
     from clearsight.zoo import resolve_model
 
     opts = InferenceOptions(tile=tile, backend="torch")

@@ -45,7 +45,8 @@ import torch.nn.functional as F
 
 from clearsight.cpu_features import detect_cpu_features
 from clearsight.engine.train_config import config_from_dict
-from clearsight.engine.trainer import _Dist, _Run
+from clearsight.engine.train_stream import Dist
+from clearsight.engine.trainer import _Run
 
 REPO = Path(__file__).resolve().parents[1]
 OFFICIAL_DIR = REPO.parent / "shared" / "peers" / "rescan_official"
@@ -115,7 +116,7 @@ def trainer_step(
         "loss": {"name": "rescan" if arch.startswith("rescan") else "mbcnn"},
         "train": {"device": "cpu", "tensorboard": False, **train},
     }
-    run = _Run(config_from_dict(raw), run_dir, _Dist(), overfit=True)
+    run = _Run(config_from_dict(raw), run_dir, Dist(), overfit=True)
     return (lambda: run.train_step(batch)), run.speed
 
 

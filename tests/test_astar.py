@@ -21,7 +21,7 @@ from clearsight.detection.astar import (
     madds_penalty,
 )
 from clearsight.detection.coco_classes import COCO_IDS
-from clearsight.detection.madds import count_madds
+from clearsight.measure.madds import count_madds
 from clearsight.models.registry import build_model
 
 # (box a, box b, true IoU, the contest's IoU with +1 on widths and heights)

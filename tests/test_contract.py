@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from clearsight.artifact import LoadedModel, load_artifact, make_config, save_artifact
 from clearsight.cli import app
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.ort_backend import load_onnx
 from clearsight.export.onnx import export_onnx_bytes
 from clearsight.model_audit import audit, audit_model
 from clearsight.models.contract import (
@@ -33,6 +32,7 @@ from clearsight.models.registry import (
     register_model,
     unregister_model,
 )
+from clearsight.runtime.ort_backend import load_onnx
 from tests.helpers import TinyConvNet, random_image
 
 ODD = (37, 45)

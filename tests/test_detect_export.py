@@ -19,11 +19,11 @@ from clearsight.artifact import LoadedModel, save_artifact
 from clearsight.cli import app
 from clearsight.detection.astar import ContestAdapter, astar_score, contest_preprocess
 from clearsight.detection.detector import Detections, Detector
-from clearsight.detection.madds import count_madds, count_madds_onnx
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.export.onnx import export_onnx
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import write_image
+from clearsight.measure.madds import count_madds, count_madds_onnx
+from clearsight.runtime.ort_detect import OrtDetector
 from tests.helpers import TinyConvNet, loaded, tiny_ssd
 
 runner = CliRunner()

@@ -26,6 +26,7 @@ from clearsight.detection.preprocess import prepare
 from clearsight.detection.train_data import CocoDetectionDataset
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.train_config import TrainConfigError, load_config
+from clearsight.engine.train_stream import init_dist
 from clearsight.engine.trainer import train
 from clearsight.models.registry import build_model, get_spec
 from clearsight.models.ssd_mobilenet_v1 import decode_boxes, encode_boxes
@@ -366,9 +367,9 @@ def test_model_init_with_other_shape_free_arguments_is_refused(rects: Path, tmp_
         "train": {"steps": 1, "tensorboard": False, "amp": "off"},
     }
     with pytest.raises(TrainConfigError, match="input_size"):
-        trainer._Run(config_from_dict(raw), tmp_path / "run", trainer._init_dist("cpu"), False)
+        trainer._Run(config_from_dict(raw), tmp_path / "run", init_dist("cpu"), False)
     raw["model"]["args"] = args  # the artifact's own arguments load
-    run = trainer._Run(config_from_dict(raw), tmp_path / "ok", trainer._init_dist("cpu"), False)
+    run = trainer._Run(config_from_dict(raw), tmp_path / "ok", init_dist("cpu"), False)
     assert tuple(run.model.input_size) == (64, 64)
 
 
@@ -384,14 +385,13 @@ def test_resize_filter_is_trained_and_saved(rects: Path, tmp_path: Path) -> None
         "loss": {"name": "yolox"},
         "train": {"steps": 1, "tensorboard": False, "amp": "off"},
     }
-    plain = trainer._Run(config_from_dict(raw), tmp_path / "a", trainer._init_dist("cpu"), False)
+    plain = trainer._Run(config_from_dict(raw), tmp_path / "a", init_dist("cpu"), False)
     raw["model"]["resize_filter"] = "bicubic-antialias"
     cfg = config_from_dict(raw)
-    run = trainer._Run(cfg, tmp_path / "b", trainer._init_dist("cpu"), False)
-    assert run.detect is not None and plain.detect is not None
-    extra = run.detect.preprocess.extra
+    run = trainer._Run(cfg, tmp_path / "b", init_dist("cpu"), False)
+    extra = run.task.preprocess.extra
     assert extra["interpolation"] == "bicubic" and extra["antialias"] is True
-    assert plain.detect.preprocess.extra.get("antialias") is not True
+    assert plain.task.preprocess.extra.get("antialias") is not True
     x_plain, x_aa = plain.stream.next()[0], run.stream.next()[0]
     assert x_plain.shape == x_aa.shape and not torch.allclose(x_plain, x_aa, atol=1e-3)
     train(cfg, tmp_path / "run", progress=False)
@@ -403,4 +403,4 @@ def test_resize_filter_is_trained_and_saved(rects: Path, tmp_path: Path) -> None
         config_from_dict(raw)
     raw["model"] = {"arch": "rescan", "resize_filter": "bicubic"}
     with pytest.raises(TrainConfigError, match="only detectors"):
-        trainer._Run(config_from_dict(raw), tmp_path / "c", trainer._init_dist("cpu"), False)
+        trainer._Run(config_from_dict(raw), tmp_path / "c", init_dist("cpu"), False)

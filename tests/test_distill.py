@@ -17,7 +17,8 @@ from clearsight.artifact import load_artifact, make_config, read_config, save_ar
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.distill import bernoulli_kl
 from clearsight.engine.train_config import TrainConfig, TrainConfigError, config_from_dict
-from clearsight.engine.trainer import _Dist, _Run, train
+from clearsight.engine.train_stream import Dist
+from clearsight.engine.trainer import _Run, train
 from clearsight.models.registry import build_model, get_spec
 from clearsight.preprocess import PreprocessSpec
 from tests.detect_train_utils import make_rectangles, ssd_config
@@ -81,7 +82,7 @@ def test_student_approaches_its_teacher(data: Path, teacher: Path, tmp_path: Pat
     assert res.last_loss < 0.5 * res.first_loss
     # measured directly: the trained student is closer to the teacher than where it started
     t = load_artifact(teacher).model.eval()
-    s0 = _Run(cfg, tmp_path / "fresh", _Dist(), False).model.eval()
+    s0 = _Run(cfg, tmp_path / "fresh", Dist(), False).model.eval()
     s1 = load_artifact(tmp_path / "last").model.eval()
     x = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
@@ -99,9 +100,9 @@ def test_each_model_gets_its_own_preprocessing(data: Path, tmp_path: Path) -> No
         ident, tmp_path / "ident", make_config(ident, "identity", preprocess=ODD_SPEC)
     )
     cfg = _cfg(data, model={"arch": "rescan", "args": TINY}, distill=_distill(path))
-    run = _Run(cfg, tmp_path / "run", _Dist(), False)
+    run = _Run(cfg, tmp_path / "run", Dist(), False)
     raw = run.stream.next()
-    inp, tgt = run._batch_to_device(*raw)
+    inp, tgt = run.to_device(raw)
     out = run.model(inp)
     run.distill.loss(out, inp, tgt, raw[0], run.loss_fn)
     seen = run.distill.last_inputs
@@ -136,7 +137,7 @@ def test_feature_adapters_train_but_stay_out_of_the_artifact(
         distill=_distill(teacher, features=pairs, feature_weight=2.0),
         train={"steps": 4, "val_every": 4, "ckpt_every": 4},
     )
-    run = _Run(cfg, tmp_path / "probe", _Dist(), False)
+    run = _Run(cfg, tmp_path / "probe", Dist(), False)
     adapters = run.distill.adapters
     assert [(a.in_channels, a.out_channels) for a in adapters] == [(4, 8), (4, 8)]
     before = [p.detach().clone() for p in adapters.parameters()]
@@ -158,7 +159,7 @@ def test_feature_adapters_train_but_stay_out_of_the_artifact(
     with pytest.raises(TrainConfigError, match="no layer 'nope'"):
         _Run(_cfg(data, model={"arch": "rescan", "args": TINY},
                          distill=_distill(teacher, features=[["nope", "decoder.0"]])),
-             tmp_path / "x", _Dist(), False)  # fmt: skip
+             tmp_path / "x", Dist(), False)  # fmt: skip
 
 
 def test_resume_is_bit_exact_with_distillation(data: Path, teacher: Path, tmp_path: Path) -> None:
@@ -225,10 +226,10 @@ def _detector_teacher(
 
 def _one_dense_step(cfg: TrainConfig, run_dir: Path) -> tuple[_Run, torch.Tensor]:
     """A run set up for dense distillation and its first batch's loss."""
-    run = _Run(cfg, run_dir, _Dist(), False)
+    run = _Run(cfg, run_dir, Dist(), False)
     assert run.distill.mode == "dense"
     raw = run.stream.next()
-    inp, tgt = run._batch_to_device(*raw)
+    inp, tgt = run.to_device(raw)
     return run, run.distill.loss(run.model(inp), inp, tgt, raw[0], run.loss_fn)
 
 
@@ -278,7 +279,7 @@ def test_dense_distillation_lets_the_student_use_another_resize_filter(
     cfg.model.init = str(m_init)
     cfg.distill.detection = "dense"
     with pytest.raises(TrainConfigError, match="dense needs"):
-        _Run(cfg, tmp_path / "m", _Dist(), False)
+        _Run(cfg, tmp_path / "m", Dist(), False)
 
 
 def test_identical_teacher_gives_zero_dense_loss(rects: Path, tmp_path: Path) -> None:
@@ -289,10 +290,10 @@ def test_identical_teacher_gives_zero_dense_loss(rects: Path, tmp_path: Path) ->
         loss={"name": "yolox"}, data={"val": None},
         distill=_distill(t_path, task_weight=0.0, score_threshold=0.0),
     )  # fmt: skip
-    run = _Run(cfg, tmp_path / "s", _Dist(), False)
+    run = _Run(cfg, tmp_path / "s", Dist(), False)
     run.model.eval()  # teacher runs in eval mode; same weights, same input -> same output
     raw = run.stream.next()
-    inp, tgt = run._batch_to_device(*raw)
+    inp, tgt = run.to_device(raw)
     loss = run.distill.loss(run.model(inp), inp, tgt, raw[0], run.loss_fn)
     assert float(loss.detach()) < 1e-4
 
@@ -303,10 +304,10 @@ def test_cross_architecture_detection_uses_pseudo_labels(rects: Path, tmp_path: 
     )
     cfg = ssd_config(rects, data={"val": None}, train={"steps": 2},
                      distill=_distill(t_path, task_weight=0.0, score_threshold=0.0))  # fmt: skip
-    run = _Run(cfg, tmp_path / "s", _Dist(), False)
+    run = _Run(cfg, tmp_path / "s", Dist(), False)
     assert run.distill.mode == "pseudo"
     raw = run.stream.next()
-    inp, tgt = run._batch_to_device(*raw)
+    inp, tgt = run.to_device(raw)
     assert tgt[0]["teacher_input"].shape[-2:] == (64, 64) and inp.shape[-2:] == (96, 96)
     t_raw = run.distill.teacher(torch.stack([t["teacher_input"] for t in tgt]))
     pseudo = run.distill._pseudo_labels(
@@ -320,7 +321,7 @@ def test_cross_architecture_detection_uses_pseudo_labels(rects: Path, tmp_path: 
     assert res.steps == 2 and res.last_loss is not None
     with pytest.raises(TrainConfigError, match="dense needs"):
         _Run(ssd_config(rects, data={"val": None}, distill=_distill(t_path, detection="dense")),
-             tmp_path / "x", _Dist(), False)  # fmt: skip
+             tmp_path / "x", Dist(), False)  # fmt: skip
 
 
 def test_input_folder_reads_a_pair_layout_input_side_only(data: Path) -> None:

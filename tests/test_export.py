@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 from clearsight.artifact import LoadedModel, make_config, save_artifact
 from clearsight.cli import app
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.ort_backend import OrtModel, UntiledWarning, load_onnx
 from clearsight.errors import ArtifactError
 from clearsight.export.onnx import PARITY_SIZES_QUICK, ExportError, export_onnx, to_onnxruntime
 from clearsight.models.registry import build_model
 from clearsight.preprocess import PreprocessSpec
+from clearsight.runtime.ort_backend import OrtModel, UntiledWarning, load_onnx
 from clearsight.zoo import resolve_model
 from tests.helpers import TinyConvNet, loaded, random_image
 

@@ -15,7 +15,8 @@ from clearsight.artifact import LoadedModel, load_artifact, make_config, save_ar
 from clearsight.data.pairs import find_pairs
 from clearsight.engine.inference import Restorer
 from clearsight.engine.train_config import TrainConfigError
-from clearsight.engine.trainer import _init_from, train
+from clearsight.engine.train_init import init_from
+from clearsight.engine.trainer import train
 from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
 from clearsight.io import read_image
 from clearsight.metrics import psnr
@@ -111,12 +112,12 @@ def test_artifact_round_trip_and_finetuning_init_from_a_plain_artifact(tmp_path)
     cfg = SimpleNamespace(
         model=SimpleNamespace(init=str(path), arch="mbcnn", args={**KW, "tone_head": True})
     )
-    _init_from(head, cfg)  # the artifact lacks only the tone head's keys
+    init_from(head, cfg)  # the artifact lacks only the tone head's keys
     wider = SimpleNamespace(
         model=SimpleNamespace(**{**vars(cfg.model), "args": {"n_filters": 8, "tone_head": True}})
     )
     with pytest.raises(TrainConfigError, match="does not fit"):  # the switch excuses only itself
-        _init_from(build_model("mbcnn", n_filters=8, tone_head=True), wider)
+        init_from(build_model("mbcnn", n_filters=8, tone_head=True), wider)
     x = _x()
     with torch.no_grad():
         assert torch.equal(head.eval().restore(x), plain.restore(x))

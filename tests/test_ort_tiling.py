@@ -19,11 +19,11 @@ from torch import nn
 
 from clearsight.artifact import LoadedModel, make_config
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.ort_backend import OrtModel, UntiledWarning, derive_graph, load_onnx
 from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx, export_onnx_bytes
 from clearsight.metrics.image_metrics import psnr_from_mse
 from clearsight.models.registry import build_model
 from clearsight.onnx_meta import EXPORT_KEY, STATS_INPUT
+from clearsight.runtime.ort_backend import OrtModel, UntiledWarning, derive_graph, load_onnx
 from clearsight.tiling import tiled_apply
 
 SIZE, TILE = 96, 48

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 from clearsight.artifact import LoadedModel, make_config, save_artifact
 from clearsight.cli import app
 from clearsight.errors import ClearsightError
+from clearsight.measure.macs import count_macs
 from clearsight.models.registry import build_model
-from clearsight.profile import count_macs, parse_sizes, profile_model
+from clearsight.profile import parse_sizes, profile_model
 from tests.helpers import random_image
 
 runner = CliRunner()

@@ -15,8 +15,8 @@ from clearsight.cli import app
 from clearsight.compress.quantize import QuantizeOptions, quantize_model, save_quantized
 from clearsight.errors import ClearsightError
 from clearsight.io import write_image
+from clearsight.measure.macs import count_macs
 from clearsight.models.registry import build_model
-from clearsight.profile import count_macs
 from clearsight.profile_table import COSTS, QUALITY, ModelRow, profile_models
 from tests.helpers import random_image
 
@@ -138,8 +138,8 @@ def test_mixed_tasks_and_single_model_options_are_one_line_errors(models):
 
 def test_detectors_contest_madds_ap_and_astar_score(tmp_path):
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
-    from clearsight.detection.madds import count_madds
     from clearsight.export.onnx import export_onnx
+    from clearsight.measure.madds import count_madds
     from tests.helpers import tiny_ssd
     from tests.test_detect_export import _contest_coco
 

@@ -31,10 +31,11 @@ from clearsight.artifact import (  # noqa: E402
 from clearsight.cli import app  # noqa: E402
 from clearsight.compress.prune import PruneError, measure_macs, prune_model  # noqa: E402
 from clearsight.engine import trainer  # noqa: E402
+from clearsight.engine.train_stream import init_dist  # noqa: E402
 from clearsight.engine.trainer import train  # noqa: E402
 from clearsight.errors import ArtifactError, ClearsightError  # noqa: E402
+from clearsight.measure.macs import count_macs  # noqa: E402
 from clearsight.models.registry import build_model  # noqa: E402
-from clearsight.profile import count_macs  # noqa: E402
 from tests.train_utils import make_pairs, tiny_config  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -194,7 +195,7 @@ def test_train_fine_tunes_a_pruned_artifact(tmp_path) -> None:
     widths = read_config(pruned_path).widths
     cfg.model.init = str(pruned_path)
     (tmp_path / "ft").mkdir()
-    run = trainer._Run(cfg, tmp_path / "ft", trainer._init_dist("cpu"), False)
+    run = trainer._Run(cfg, tmp_path / "ft", init_dist("cpu"), False)
     source = load_artifact(pruned_path).model.state_dict()
     for key, value in run.model.state_dict().items():
         assert torch.equal(value, source[key]), key

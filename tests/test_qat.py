@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from clearsight.artifact import load_artifact
-from clearsight.compress import qat
-from clearsight.engine import trainer
+from clearsight.engine import qat
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.inference import Restorer
 from clearsight.engine.train_config import TrainConfigError
+from clearsight.engine.train_stream import BatchStream
 from clearsight.engine.trainer import LOG_FILE, train
 from clearsight.models.registry import build_model
 from tests.train_utils import make_pairs, tiny_config
@@ -41,7 +41,7 @@ def test_a_nan_batch_poisons_the_observers_and_restore_undoes_it():
 
 def _poison(monkeypatch, calls: set[int]) -> None:
     """Batches number `calls` (1-based, over the whole run) come back as NaN inputs."""
-    real = trainer._BatchStream.next
+    real = BatchStream.next
     seen = {"n": 0}
 
     def next_batch(self):
@@ -49,7 +49,7 @@ def _poison(monkeypatch, calls: set[int]) -> None:
         seen["n"] += 1
         return (torch.full_like(inp, math.nan), tgt) if seen["n"] in calls else (inp, tgt)
 
-    monkeypatch.setattr(trainer._BatchStream, "next", next_batch)
+    monkeypatch.setattr(BatchStream, "next", next_batch)
 
 
 def _all_finite(state: dict) -> bool:

@@ -22,11 +22,11 @@ from clearsight.compress.quantize import (
     save_quantized,
 )
 from clearsight.engine.inference import InferenceOptions, Restorer
-from clearsight.engine.ort_backend import load_onnx
 from clearsight.errors import OptionError
 from clearsight.io import write_image
 from clearsight.models.registry import build_model
 from clearsight.onnx_meta import CONFIG_KEY, EXPORT_KEY, PRECISION_KEY, PREPROCESS_KEY
+from clearsight.runtime.ort_backend import load_onnx
 from clearsight.zoo import find_int8, int8_path_for
 from tests.helpers import random_image
 

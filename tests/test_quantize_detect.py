@@ -26,14 +26,14 @@ from clearsight.compress.quantize import (
 )
 from clearsight.detection.astar import contest_preprocess
 from clearsight.detection.detector import Detector
-from clearsight.detection.madds import count_madds_onnx
 from clearsight.detection.preprocess import prepare
-from clearsight.engine.ort_backend import load_onnx
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.io import read_image, write_image
+from clearsight.measure.madds import count_madds_onnx
 from clearsight.models.registry import build_model
 from clearsight.onnx_meta import CLASSES_KEY, CONFIG_KEY, EXPORT_KEY, PRECISION_KEY, PREPROCESS_KEY
+from clearsight.runtime.ort_backend import load_onnx
+from clearsight.runtime.ort_detect import OrtDetector
 from clearsight.zoo import default_int8_output
 from tests.helpers import tiny_ssd
 

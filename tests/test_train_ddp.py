@@ -80,13 +80,13 @@ def test_two_ranks_hold_identical_weights(tmp_path: Path) -> None:
 
 
 def _budget_worker(rank: int, world: int, port: int, data: str, out: str) -> None:
-    from clearsight.engine import trainer
+    from clearsight.engine import train_budget, trainer
 
     _join(rank, world, port)
     # rank 1's steps seem 1.5x slower: left alone, each rank would cut its own step count (or
     # hit the hard stop at its own step) and their collectives would no longer match
     trainer.time.perf_counter = FakeClock(1.0 if rank == 0 else 1.5)  # type: ignore[method-assign]
-    trainer.TIMING_STEPS = 2
+    train_budget.TIMING_STEPS = 2
     cfg = tiny_config(
         Path(data),
         train={"steps": 1000, "max_minutes": 0.5, "val_every": 1000, "device": "cpu"},

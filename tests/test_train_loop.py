@@ -10,11 +10,13 @@ import torch
 
 from clearsight.artifact import load_artifact, read_config
 from clearsight.data.pairs import find_pairs
-from clearsight.engine import trainer
+from clearsight.engine import restore_train, train_budget, trainer
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.evaluate import evaluate
 from clearsight.engine.inference import Restorer
 from clearsight.engine.train_config import TrainConfig, config_from_dict
+from clearsight.engine.train_schedule import lr_factor
+from clearsight.engine.train_stream import init_dist
 from clearsight.engine.trainer import TrainingDivergedError, TrainResult, train
 from clearsight.errors import ClearsightError
 from clearsight.losses import build_loss, rescan_loss
@@ -67,7 +69,7 @@ def test_artifacts_carry_provenance_and_evaluate(data: Path, tmp_path: Path) -> 
 
 def _nan_on_calls(monkeypatch: pytest.MonkeyPatch, calls: set[int] | None) -> None:
     """Make the loss NaN on the given call numbers (1-based); None: from call 3 on."""
-    real = trainer.build_loss
+    real = restore_train.build_loss
     count = [0]
 
     def build(name: str, **kw: float):  # noqa: ANN202
@@ -81,7 +83,7 @@ def _nan_on_calls(monkeypatch: pytest.MonkeyPatch, calls: set[int] | None) -> No
 
         return loss
 
-    monkeypatch.setattr(trainer, "build_loss", build)
+    monkeypatch.setattr(restore_train, "build_loss", build)
 
 
 def test_nan_steps_are_skipped(data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,7 +169,7 @@ def _budgeted_run(
 ) -> TrainResult:
     """A 1000-step cosine run cut to `minutes` of `clock`, timed over `timing` steps."""
     monkeypatch.setattr(trainer.time, "perf_counter", clock)
-    monkeypatch.setattr(trainer, "TIMING_STEPS", timing)
+    monkeypatch.setattr(train_budget, "TIMING_STEPS", timing)
     cfg = tiny_config(
         data,
         train={"steps": 1000, "max_minutes": minutes, "val_every": 1000, "ckpt_every": 1000},
@@ -199,7 +201,7 @@ def test_restart_step_gives_a_cosine_from_optim_lr_to_min_lr_over_its_span() -> 
             "train": {"steps": 1000},
         }
     )
-    lr = [cfg.optim.lr * trainer.lr_factor(cfg, s) for s in range(1001)]
+    lr = [cfg.optim.lr * lr_factor(cfg, s) for s in range(1001)]
     assert lr[4] == pytest.approx(5e-4)  # warm-up as before
     assert lr[10] == lr[599] == lr[600] == pytest.approx(1e-3)  # flat until the restart
     assert lr[800] == pytest.approx((1e-3 + 1e-5) / 2)  # half-way down its own span
@@ -279,8 +281,8 @@ def test_time_budget_hard_stop_still_exports(
     data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(trainer.time, "perf_counter", FakeClock())
-    monkeypatch.setattr(trainer, "TIMING_STEPS", 10_000)  # never fits: the backstop stops it
-    monkeypatch.setattr(trainer, "TIMING_SHARE", 2.0)
+    monkeypatch.setattr(train_budget, "TIMING_STEPS", 10_000)  # never fits: the backstop stops it
+    monkeypatch.setattr(train_budget, "TIMING_SHARE", 2.0)
     cfg = tiny_config(data, train={"steps": 1000, "max_minutes": 0.1, "val_every": 1000})
     res = train(cfg, tmp_path / "run", progress=False)
     assert 1 <= res.steps < 20
@@ -298,7 +300,7 @@ def test_model_init_fine_tunes_from_an_artifact_and_refuses_another_model(
     ft_cfg = tiny_config(data, train={"steps": 2})
     ft_cfg.model.init = str(tmp_path / "src" / "last")
     (tmp_path / "ft").mkdir()
-    run = trainer._Run(ft_cfg, tmp_path / "ft", trainer._init_dist("cpu"), False)
+    run = trainer._Run(ft_cfg, tmp_path / "ft", init_dist("cpu"), False)
     source = load_artifact(tmp_path / "src" / "last").model.state_dict()
     for key, value in run.model.state_dict().items():
         assert torch.equal(value, source[key]), key

@@ -11,16 +11,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from clearsight.cpu_features import CpuFeatures, detect_cpu_features
-from clearsight.engine import trainer
+from clearsight.engine import restore_train, train_speed
 from clearsight.engine.checkpoint import load_checkpoint
 from clearsight.engine.train_config import TrainConfigError, config_from_dict
-from clearsight.engine.trainer import (
+from clearsight.engine.train_speed import (
     COMPILE_MIN_STEPS,
     choose_amp,
-    train,
+    speed_settings,
     use_channels_last,
     use_compile,
 )
+from clearsight.engine.trainer import train
 from clearsight.losses import build_loss
 from clearsight.models import rescan_units
 from clearsight.models.mbcnn import MBCNN
@@ -66,9 +67,9 @@ def test_detection_reports_this_machine_consistently() -> None:
 def test_the_run_uses_and_logs_the_detected_choice(
     cpu: CpuFeatures, amp: str, data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(trainer, "detect_cpu_features", lambda: cpu)
+    monkeypatch.setattr(train_speed, "detect_cpu_features", lambda: cpu)
     seen: list[bool] = []
-    real = trainer.build_loss
+    real = restore_train.build_loss
 
     def spying_loss(*args: object, **kw: object):  # records whether autocast is on in the step
         fn = real(*args, **kw)  # type: ignore[arg-type]
@@ -79,7 +80,7 @@ def test_the_run_uses_and_logs_the_detected_choice(
 
         return loss
 
-    monkeypatch.setattr(trainer, "build_loss", spying_loss)
+    monkeypatch.setattr(restore_train, "build_loss", spying_loss)
     raw = tiny_raw(data, train={"steps": 2, "device": "cpu"})
     raw["data"]["val"] = None
     cfg = config_from_dict(raw)
@@ -213,12 +214,12 @@ def test_auto_layout_is_contiguous_when_compiled() -> None:
     model = _CompiledRESCAN(channels=4, stages=2, depth=3)
     long = tiny_config(Path("."), train={"compile": "auto", "steps": COMPILE_MIN_STEPS}).train
     short = tiny_config(Path("."), train={"compile": "auto", "steps": 8}).train
-    compiled = trainer.speed_settings(long, model, CPU, AVX512)
+    compiled = speed_settings(long, model, CPU, AVX512)
     assert compiled.compiled and not compiled.channels_last  # measured slower on top
-    eager = trainer.speed_settings(short, model, CPU, AVX512)
+    eager = speed_settings(short, model, CPU, AVX512)
     assert not eager.compiled and eager.channels_last
     forced = tiny_config(Path("."), train={"compile": "on", "memory_format": "channels_last"}).train
-    assert trainer.speed_settings(forced, model, CPU, AVX2).channels_last  # forced: kept
+    assert speed_settings(forced, model, CPU, AVX2).channels_last  # forced: kept
 
 
 def test_compile_setting() -> None:

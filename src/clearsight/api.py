@@ -288,9 +288,7 @@ def prune(
         check_output_folder(target, "prune output")
     json_path = check_output_file(report_json or default_report_path(target), "--json")
     loaded = load_model(model, seed=seed)
-    from clearsight.engine.ort_backend import OrtModel
-
-    if isinstance(loaded.model, OrtModel):
+    if loaded.on_onnxruntime:
         raise ClearsightError(f"{model}: an ONNX file cannot be pruned; prune its artifact")
     src = loaded.source if Path(loaded.source).exists() else None
     inputs = None

@@ -29,6 +29,7 @@ from torch import nn
 from clearsight._version import __version__
 from clearsight.atomic import atomic_dir, atomic_path
 from clearsight.errors import ArtifactError, ClearsightError
+from clearsight.families import Backend, Family, family_of
 from clearsight.models.registry import build_model, count_parameters, get_spec
 from clearsight.models.widths import Widths, WidthsError, apply_widths, changed_widths
 from clearsight.preprocess import PreprocessSpec
@@ -95,14 +96,19 @@ class ModelConfig:
                 f"{source}: format_version {version!r} is not supported "
                 f"(this clearsight reads 1..{FORMAT_VERSION}; upgrade clearsight)"
             )
+        for key, kind in _FIELD_TYPES.items():
+            if d.get(key) is not None and not isinstance(d[key], kind):
+                raise ArtifactError(
+                    f"{source}: {key} must be {_KIND_NAMES[kind]}, got {type(d[key]).__name__}"
+                )
         try:
             return cls(
                 architecture=str(d["architecture"]),
                 arch_args=dict(d.get("arch_args") or {}),
                 task=str(d["task"]),
-                preprocess=PreprocessSpec.from_dict(d.get("preprocess") or {}),
+                preprocess=PreprocessSpec.from_dict(d.get("preprocess") or {}, source),
                 metric_preset=str(d.get("metric_preset", "rgb")),
-                layer_shapes={k: list(v) for k, v in (d.get("layer_shapes") or {}).items()},
+                layer_shapes=_shapes(d.get("layer_shapes"), source),
                 param_count=int(d.get("param_count", 0)),
                 provenance=dict(d.get("provenance") or {}),
                 name=d.get("name"),
@@ -112,6 +118,30 @@ class ModelConfig:
             )
         except KeyError as exc:
             raise ArtifactError(f"{source}: missing key {exc.args[0]!r}") from None
+
+
+# The JSON type of each top-level config field (when present and not null).
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "architecture": str,
+    "task": str,
+    "name": str,
+    "metric_preset": str,
+    "arch_args": dict,
+    "preprocess": dict,
+    "layer_shapes": dict,
+    "provenance": dict,
+    "param_count": int,
+}
+_KIND_NAMES = {str: "a string", dict: "an object", int: "an integer"}
+
+
+def _shapes(v: Any, source: str) -> dict[str, list[int]]:
+    shapes = v or {}
+    if not all(
+        isinstance(s, list) and all(type(n) is int and n >= 0 for n in s) for s in shapes.values()
+    ):
+        raise ArtifactError(f"{source}: layer_shapes must map names to lists of sizes")
+    return {k: list(s) for k, s in shapes.items()}
 
 
 def _int_list(v: Any, key: str, source: str) -> list[int] | None:
@@ -146,11 +176,29 @@ def _widths(v: Any, source: str) -> Widths:
 
 @dataclass
 class LoadedModel:
-    """A model ready for inference plus the config that describes it."""
+    """A model ready for inference plus the config that describes it.
+
+    Callers ask `family` and `backend`, never the model's class or the task string
+    (docs/architecture.md)."""
 
     model: nn.Module
     config: ModelConfig
     source: str
+    backend: Backend = Backend.TORCH
+    """What runs `model`; set where it is loaded (`runtime` for ONNX Runtime)."""
+
+    @property
+    def family(self) -> Family:
+        """The task family of the model (`clearsight/families.py`)."""
+        return family_of(self.config.task)
+
+    @property
+    def is_detector(self) -> bool:
+        return self.family is Family.DETECTION
+
+    @property
+    def on_onnxruntime(self) -> bool:
+        return self.backend is Backend.ONNXRUNTIME
 
 
 def make_config(

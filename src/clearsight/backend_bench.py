@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from clearsight.artifact import LoadedModel, save_artifact
-from clearsight.profile import ScoredRun, count_macs, structure_of, time_restorer
+from clearsight.measure.macs import count_macs
+from clearsight.profile import ScoredRun, structure_of, time_restorer
 
 ROWS = ("PyTorch eager", "PyTorch tuned (channels_last)", "ONNX Runtime fp32")
 
@@ -98,10 +99,9 @@ def benchmark_model(
 ) -> BenchmarkReport:
     """Benchmark `loaded` on the pairs in `data` through every row of `ROWS`."""
     from clearsight.data.pairs import find_pairs
-    from clearsight.engine.ort_backend import OrtModel
     from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
 
-    if isinstance(loaded.model, OrtModel):
+    if loaded.on_onnxruntime:
         from clearsight.errors import ClearsightError
 
         raise ClearsightError("benchmark needs a PyTorch model (artifact or architecture name)")
@@ -126,10 +126,12 @@ def benchmark_model(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         onnx_bytes, parity = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
-    from clearsight.engine.ort_backend import load_onnx
+    from clearsight.runtime.ort_backend import load_onnx
 
     ort_loaded = load_onnx(onnx_bytes, source=f"{loaded.source} (onnxruntime)")
-    ort_loaded = LoadedModel(ort_loaded.model, loaded.config, ort_loaded.source)
+    ort_loaded = LoadedModel(
+        ort_loaded.model, loaded.config, ort_loaded.source, backend=ort_loaded.backend
+    )
     variants = [
         (ROWS[0], loaded, st_mb, ""),
         (ROWS[1], _channels_last(loaded), st_mb, ""),

@@ -45,3 +45,11 @@ class OptionError(ClearsightError, ValueError):
 
 class ModelOutputError(ClearsightError):
     """A model returned a tensor of the wrong shape for its input (batch, channels, size)."""
+
+
+class VideoReadError(ClearsightError):
+    """A video (or folder of numbered frames) is missing, unreadable, truncated or too large."""
+
+
+class VideoWriteError(ClearsightError):
+    """A video could not be written (container cannot hold a codec, encoder failed)."""

@@ -36,7 +36,7 @@ from torch.nn.modules.batchnorm import _NormBase
 
 from clearsight.artifact import ModelConfig, load_artifact, make_config
 from clearsight.errors import UnknownNameError
-from clearsight.models.contract import as_restoration_model
+from clearsight.models.contract import DetectionModel, as_restoration_model
 from clearsight.models.registry import build_model, count_parameters, get_spec, list_specs
 from clearsight.preprocess import PreprocessSpec
 
@@ -128,7 +128,7 @@ def _loss(y: Any) -> torch.Tensor:
 
 
 def _is_detector(model: nn.Module) -> bool:
-    return getattr(model, "task", None) == "detect"
+    return isinstance(model, DetectionModel)
 
 
 def _sample(model: nn.Module, spec: PreprocessSpec | None, size: int) -> torch.Tensor:

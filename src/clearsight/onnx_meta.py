@@ -1,7 +1,7 @@
 """The clearsight metadata of an exported ONNX file: its keys, writing and reading.
 
 One module below both the exporter (`export/onnx.py`, which writes it) and the ONNX Runtime
-backend (`engine/ort_backend.py`, which reads it), so neither imports the other for it.
+backend (`runtime/ort_backend.py`, which reads it), so neither imports the other for it.
 The artifact's config and preprocessing spec go into `metadata_props` as JSON next to the
 export info (outputs, pad multiple, receptive radius, shared statistics), which makes the
 file self-describing.

@@ -45,26 +45,34 @@ class PreprocessSpec:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PreprocessSpec:
-        known = set(cls.__dataclass_fields__)
-        unknown = set(d) - known
+    def from_dict(cls, d: Any, source: str = "config") -> PreprocessSpec:
+        """The spec in an artifact's config, every field checked against `BOUNDS` and the
+        allowed names; errors name `source` and the field (`preprocess.pad_multiple`)."""
+        if not isinstance(d, dict):
+            raise ArtifactError(f"{source}: preprocess must be an object, got {d!r}")
+        unknown = set(d) - set(cls.__dataclass_fields__)
         if unknown:
-            raise ArtifactError(f"preprocess spec has unknown keys: {sorted(unknown)}")
+            raise ArtifactError(f"{source}: preprocess has unknown keys: {sorted(unknown)}")
         kw = dict(d)
-        for key in ("value_range", "mean", "std"):
+        for key, n in (("value_range", 2), ("mean", 3), ("std", 3)):
             if key in kw:
-                kw[key] = tuple(float(v) for v in kw[key])
+                kw[key] = tuple(float(v) for v in _numbers(source, key, kw[key], n))
+        lo, hi = kw.get("value_range", (0.0, 1.0))
+        if not lo < hi:
+            raise ArtifactError(f"{source}: preprocess.value_range {[lo, hi]} needs lo < hi")
         if kw.get("size") is not None:
-            kw["size"] = tuple(int(v) for v in kw["size"])
-        if kw.get("color_order", "RGB") not in ("RGB", "BGR"):
-            raise ArtifactError(
-                f"preprocess color_order must be RGB or BGR, got {kw['color_order']!r}"
-            )
-        if kw.get("resize", "none") not in RESIZE_POLICIES:
-            raise ArtifactError(
-                f"preprocess resize must be one of {', '.join(RESIZE_POLICIES)}, "
-                f"got {kw['resize']!r}"
-            )
+            kw["size"] = _numbers(source, "size", kw["size"], 2)
+        if "pad_multiple" in kw:
+            kw["pad_multiple"] = _numbers(source, "pad_multiple", kw["pad_multiple"])
+        for key, allowed in (("color_order", ("RGB", "BGR")), ("resize", RESIZE_POLICIES)):
+            if kw.get(key, allowed[0]) not in allowed:
+                raise ArtifactError(
+                    f"{source}: preprocess.{key} must be one of {', '.join(allowed)}, "
+                    f"got {kw[key]!r}"
+                )
+        if kw.get("resize", "none") != "none" and kw.get("size") is None:
+            raise ArtifactError(f"{source}: preprocess.resize {kw['resize']!r} needs a size")
+        kw["extra"] = _checked_extra(source, kw.get("extra", {}))
         return cls(**kw)
 
     def to_model(self, rgb01: torch.Tensor) -> torch.Tensor:
@@ -94,6 +102,68 @@ class PreprocessSpec:
         if self.color_order == "BGR":
             x = x.flip(1)
         return x
+
+
+# Inclusive bounds of every number in a spec: an artifact's config is untrusted, and these
+# scale memory and time (`pad_multiple` 1024 turns a 1x1 image into a 1024x1024 one) or make
+# values meaningless (docs/reliability.md). `std` must also be > 0.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "pad_multiple": (1, 128),  # the widest model here pads to 32 (YOLOX)
+    "size": (1, 4096),  # a detector's input side; the bundled ones take 300 and 416
+    "value_range": (-65535.0, 65535.0),
+    "mean": (-65535.0, 65535.0),
+    "std": (1e-6, 65535.0),
+    "pad_value": (0.0, 255.0),  # letterbox fill, in 0-255 pixel units
+}
+INTERPOLATIONS = ("bilinear", "nearest", "bicubic", "lanczos")
+LETTERBOX_ANCHORS = ("top-left", "center")
+
+
+def _numbers(source: str, key: str, value: Any, n: int = 0, field: str = "") -> Any:
+    """`value` as `n` finite numbers within `BOUNDS[key]` (a tuple; `n` 0: one number, not in
+    a list), integers where the bound is one; else an `ArtifactError` naming the `field`
+    (default `key`)."""
+    low, high = BOUNDS[key]
+    field = field or key
+    integer = isinstance(low, int)
+    items = [value] if n == 0 else value if isinstance(value, list | tuple) else None
+    ok = (
+        items is not None
+        and len(items) == max(n, 1)
+        and all(
+            not isinstance(v, bool)
+            and (isinstance(v, int) or (not integer and isinstance(v, float)))
+            and math.isfinite(v)
+            for v in items
+        )
+    )
+    if not ok:
+        kind = "integer" if integer else "number"
+        what = f"{n} {kind}s" if n else f"an {kind}" if integer else f"a {kind}"
+        raise ArtifactError(f"{source}: preprocess.{field} must be {what}, got {value!r}")
+    if not all(low <= v <= high for v in items):  # type: ignore[union-attr]
+        raise ArtifactError(f"{source}: preprocess.{field}={value!r} is outside {low}..{high}")
+    return items[0] if n == 0 else tuple(items)  # type: ignore[index, arg-type]
+
+
+def _checked_extra(source: str, extra: Any) -> dict[str, Any]:
+    """`extra` with its known keys checked (others are kept: nothing reads them)."""
+    if not isinstance(extra, dict):
+        raise ArtifactError(f"{source}: preprocess.extra must be an object, got {extra!r}")
+    if "pad_value" in extra:
+        _numbers(source, "pad_value", extra["pad_value"], field="extra.pad_value")
+    for key, allowed in (
+        ("interpolation", INTERPOLATIONS),
+        ("letterbox_anchor", LETTERBOX_ANCHORS),
+        ("antialias", (True, False)),
+    ):
+        value = extra.get(key, allowed[0])
+        if type(value) is not type(allowed[0]) or value not in allowed:
+            raise ArtifactError(
+                f"{source}: preprocess.extra.{key} must be one of "
+                f"{', '.join(map(str, allowed))}, got {value!r}"
+            )
+    return dict(extra)
 
 
 def pad_to_multiple(x: torch.Tensor, m: int) -> torch.Tensor:

@@ -1,18 +1,6 @@
 """Model complexity and speed: parameters, MACs per pixel, latency and peak memory.
 
-MACs are counted with forward hooks on the layers that do the arithmetic, using the shapes the
-model really runs with (so a pruned model counts its real widths):
-
-- `Conv2d`: output elements x in_channels/groups x kh x kw;
-- `ConvTranspose2d`: input elements x out_channels/groups x kh x kw (each input pixel is
-  scattered through the kernel; the Conv2d formula applied to the output would overcount by
-  stride^2);
-- `Linear`: output elements x in_features;
-- MBCNN's learnable bandpass (a functional 1x1 conv): output elements x 64;
-- convolutions and matrix products called functionally (no module to hook), from torch's
-  `FlopCounterMode`, under "functional".
-
-Element-wise ops, pooling and activations are not counted (the field's convention). Latency
+MACs are counted by `measure/macs.py` (`count_macs`). Latency
 is the median of `runs` timed runs after one warm-up, through the same `Restorer` that
 `clearsight restore` uses. Peak memory is the growth of the peak RSS over the RSS after
 loading the model, measured in a fresh subprocess per backend (sizes in increasing order, so
@@ -38,86 +26,17 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from clearsight.artifact import LoadedModel, build_from_config, save_artifact
 from clearsight.errors import ClearsightError
-from clearsight.models.contract import as_restoration_model
+from clearsight.measure.macs import count_macs
 from clearsight.models.registry import count_parameters
-
-
-@dataclass
-class MacCount:
-    """MACs of one forward at `height` x `width`."""
-
-    height: int
-    width: int
-    total: int
-    by_type: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def per_pixel(self) -> float:
-        return self.total / (self.height * self.width)
-
-
-def _layer_macs(module: nn.Module, inp: torch.Tensor, out: torch.Tensor) -> int:
-    from clearsight.models.mbcnn import LearnableBandpass
-
-    if isinstance(module, nn.ConvTranspose2d):
-        kh, kw = module.kernel_size
-        return inp.numel() * (module.out_channels // module.groups) * kh * kw
-    if isinstance(module, nn.Conv2d):
-        kh, kw = module.kernel_size
-        return out.numel() * (module.in_channels // module.groups) * kh * kw
-    if isinstance(module, nn.Linear):
-        return out.numel() * module.in_features
-    if isinstance(module, LearnableBandpass):
-        return out.numel() * int(module.kernel.shape[1])
-    return 0
-
-
-def _counted_types() -> tuple[type[nn.Module], ...]:
-    from clearsight.models.mbcnn import LearnableBandpass
-
-    return (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, LearnableBandpass)
-
-
-@torch.no_grad()
-def count_macs(model: nn.Module, height: int = 256, width: int = 256) -> MacCount:
-    """MACs of the model's `final_output` on one [1,3,H,W] input, by layer type."""
-    by_type: dict[str, int] = {}
-
-    def hook(module: nn.Module, args: tuple[Any, ...], out: Any) -> None:
-        name = type(module).__name__
-        by_type[name] = by_type.get(name, 0) + _layer_macs(module, args[0], out)
-
-    handles = [
-        m.register_forward_hook(hook) for m in model.modules() if isinstance(m, _counted_types())
-    ]
-    # torch's FlopCounterMode also sees convolutions called functionally (RESCAN's fused
-    # gate convs use their modules' weights through F.conv2d, so no module hook fires);
-    # what the hooks miss is reported as "functional".
-    counter = FlopCounterMode(display=False)
-    try:
-        x = torch.rand(1, 3, height, width)
-        net = as_restoration_model(model)
-        with counter:
-            net.final_output(x)
-    finally:
-        for h in handles:
-            h.remove()
-    functional = counter.get_total_flops() // 2 - sum(by_type.values())
-    if functional > 0:
-        by_type["functional"] = functional
-    return MacCount(height, width, sum(by_type.values()), by_type)
 
 
 def structure_of(loaded: LoadedModel) -> nn.Module:
     """A PyTorch module with the artifact's structure (an ONNX model is rebuilt from its
     config; MACs and parameter counts do not depend on the weights)."""
-    from clearsight.engine.ort_backend import OrtModel
-
-    if isinstance(loaded.model, OrtModel):  # at its real widths when pruned
+    if loaded.on_onnxruntime:  # at its real widths when pruned
         return build_from_config(loaded.config, source=loaded.source).eval()
     return loaded.model
 
@@ -220,7 +139,7 @@ def time_model(
     memory: bool = False,
 ) -> list[dict[str, Any]]:
     """`time_detector` for a detector, else `time_restorer`."""
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         return time_detector(loaded, sizes, runs, memory)
     return time_restorer(loaded, sizes, runs, tile, memory)
 
@@ -228,11 +147,8 @@ def time_model(
 @contextlib.contextmanager
 def _model_file(loaded: LoadedModel, backend: str) -> Iterator[Path]:
     """`loaded` as a file a subprocess can load: an artifact folder or an exported .onnx."""
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
-
     with tempfile.TemporaryDirectory(prefix="clearsight-profile-") as d:
-        is_onnx = isinstance(loaded.model, OrtModel | OrtDetector)
+        is_onnx = loaded.on_onnxruntime
         if backend == "onnxruntime" or is_onnx:
             if is_onnx:
                 src = Path(loaded.source)
@@ -343,10 +259,10 @@ def profile_model(
     `backends` defaults to torch for a PyTorch model and onnxruntime for an `.onnx` file
     (which has no PyTorch backend).
     """
-    from clearsight.engine.ort_backend import OrtModel, check_backend
     from clearsight.export.onnx import to_onnxruntime
+    from clearsight.runtime.ort_backend import check_backend
 
-    is_onnx = isinstance(loaded.model, OrtModel)
+    is_onnx = loaded.on_onnxruntime
     backends = list(backends or (["onnxruntime"] if is_onnx else ["torch"]))
     for b in backends:
         check_backend(b)

@@ -5,10 +5,10 @@ first (costs) and its differences from it (quality). Per row:
 
 - parameters, counted on the model's structure (an `.onnx` file, int8 included, is rebuilt
   from the config in its metadata, at its real widths when pruned);
-- restoration: MACs per pixel (`profile.count_macs` at 256x256: the count per pixel does not
+- restoration: MACs per pixel (`measure.macs.count_macs` at 256x256: the count per pixel does not
   depend on the size). Quantization changes the arithmetic's precision, not its amount, so
   an int8 model's MACs per pixel equal its fp32 model's;
-- detectors: the Astar contest's MAdds in millions (`detection/madds.py`): on the contest
+- detectors: the Astar contest's MAdds in millions (`measure/madds.py`): on the contest
   adapter at 300x300 for a PyTorch detector (as `astar-score` counts it), on the graph for an
   `.onnx` file; halved when the model is quantized, as the contest halved it;
 - file size: the `.onnx` file, or the artifact's `model.safetensors`;
@@ -39,7 +39,9 @@ import torch
 
 from clearsight.artifact import WEIGHTS_FILE, LoadedModel, build_from_config
 from clearsight.errors import ClearsightError
-from clearsight.profile import ScoredRun, count_macs, measure_in_subprocess, time_model
+from clearsight.families import Family
+from clearsight.measure.macs import count_macs
+from clearsight.profile import ScoredRun, measure_in_subprocess, time_model
 
 DEFAULT_RESTORE_SIZE = 512
 MAC_SIZE = (256, 256)
@@ -100,6 +102,7 @@ class ProfileTable(ScoredRun):
     """The before/after table; `model` is the first ("before") model."""
 
     task: str = ""
+    family: str = ""
     size: str = ""
     mac_size: str = f"{MAC_SIZE[0]}x{MAC_SIZE[1]}"
     runs: int = 3
@@ -112,7 +115,7 @@ class ProfileTable(ScoredRun):
         """Header and rows as text cells, one column per model and one row per figure (a
         terminal fits that); later models show "(0.50x)" ratios to the first model's costs
         and "(+0.12)" differences from its quality."""
-        detect = self.task == "detect"
+        detect = self.family == Family.DETECTION.value
         lines: list[tuple[str, str, str]] = [
             ("format", "format", "{}"),
             ("params", "parameters", "{:,.0f}"),
@@ -155,16 +158,13 @@ class ProfileTable(ScoredRun):
 
 # -- per-row figures ------------------------------------------------------------------------
 def _is_onnx(loaded: LoadedModel) -> bool:
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
-
-    return isinstance(loaded.model, OrtModel | OrtDetector)
+    return loaded.on_onnxruntime
 
 
 def _format(loaded: LoadedModel) -> str:
     if not _is_onnx(loaded):
         return "pytorch"
-    from clearsight.compress.quantize import precision_of
+    from clearsight.export.onnx_precision import precision_of
 
     return f"onnx {precision_of(loaded.model.export_info)}"
 
@@ -190,14 +190,14 @@ def file_mb(ref: str) -> float | None:
 
 
 def _working_size(loaded: LoadedModel, size: int | None) -> tuple[int, int]:
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         return tuple(int(v) for v in loaded.model.input_size)  # type: ignore[return-value]
     return (size or DEFAULT_RESTORE_SIZE,) * 2  # type: ignore[return-value]
 
 
 def _contest_madds(loaded: LoadedModel, row: ModelRow) -> None:
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
-    from clearsight.detection.madds import count_madds, count_madds_onnx
+    from clearsight.measure.madds import count_madds, count_madds_onnx
 
     try:
         if _is_onnx(loaded):
@@ -272,9 +272,10 @@ def _detection_quality(
         if max_images is not None:
             dataset.images = dataset.images[: max(0, max_images)]
         gt = coco_subset(dataset.raw, {im.id for im in dataset.images})
-        row.ap = float(evaluate_coco(gt, detect_dataset(detector, dataset)).ap)
+        dets = detect_dataset(detector, dataset)
+        row.ap = float(evaluate_coco(gt, dets, class_ids=detector.class_ids).ap)
         n = len(dataset.images)
-    fmt_ok = not _is_onnx(loaded) or getattr(loaded.model, "layout", "") == "astar"
+    fmt_ok = not _is_onnx(loaded) or loaded.model.layout == "astar"
     if not fmt_ok:
         row.notes.append("Astar score: only PyTorch detectors and --layout astar files")
         return n
@@ -326,10 +327,10 @@ def profile_models(
         warnings.simplefilter("ignore")
         models = [(ref, resolve_model(ref)) for ref in refs]
     kinds = {ref: lm.config.task for ref, lm in models}
-    if len({t == "detect" for t in kinds.values()}) > 1:
+    if len({lm.family for _, lm in models}) > 1:
         listing = ", ".join(f"{r} ({t})" for r, t in kinds.items())
         raise ClearsightError(f"profile: detectors and restoration models in one table: {listing}")
-    detect = models[0][1].config.task == "detect"
+    detect = models[0][1].is_detector
     preset_name = "" if detect else (preset or models[0][1].config.metric_preset)
     pairs: list[Any] = []
     if data is not None and not detect:
@@ -346,6 +347,7 @@ def profile_models(
         threads=torch.get_num_threads(),
         load_average=os.getloadavg(),
         task="detect" if detect else models[0][1].config.task,
+        family=models[0][1].family.value,
         size="",
         runs=runs,
     )

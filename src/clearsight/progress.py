@@ -1,6 +1,7 @@
 """The one progress bar: a rich `Progress` on stderr, shared by the CLI and the trainer.
 
-Imported only when a bar is drawn (rich is not needed to import clearsight).
+Imported only when a bar is drawn (rich is not needed to import clearsight). Descriptions
+are plain text, never markup: a file's name (`[red]a.png`) shows as itself.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ def progress_bar(
     """Description, bar, done/total, any extra `fields` (format strings over the task, e.g.
     "loss {task.fields[loss]:.4g}"), elapsed and remaining time; on stderr by default."""
     columns: list[ProgressColumn] = [
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        *(TextColumn(f) for f in fields),
+        *(TextColumn(f, markup=False) for f in fields),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     ]

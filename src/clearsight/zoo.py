@@ -9,6 +9,7 @@ import torch
 
 from clearsight.artifact import LoadedModel, load_artifact, make_config, read_config
 from clearsight.errors import ClearsightError, UnknownNameError
+from clearsight.families import Family, family_of
 from clearsight.models.registry import build_model, get_spec, list_specs
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "models"
@@ -49,6 +50,11 @@ def model_task(ref: str) -> str:
         return resolve_model(ref).config.task  # raises the one-line "unknown model" error
 
 
+def model_family(ref: str) -> Family:
+    """The task family of `ref` (`clearsight/families.py`), without loading weights."""
+    return family_of(model_task(ref))
+
+
 def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
     """Load `ref`: an artifact path, an exported `.onnx` file (run by ONNX Runtime), a
     bundled model name, or an architecture name.
@@ -58,7 +64,7 @@ def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -
     """
     path = Path(ref)
     if path.suffix.lower() == ".onnx" and path.is_file():
-        from clearsight.engine.ort_backend import load_onnx  # ONNX Runtime, CPU only
+        from clearsight.runtime.ort_backend import load_onnx  # ONNX Runtime, CPU only
 
         return load_onnx(path)
     if path.exists():

@@ -7,6 +7,11 @@ traceback instead). A `ClearsightError` prints its message, an `OptionError` pri
 the reverse, permissions, disk full), anything else is an `internal error` that points to
 `--debug`. Warnings print as `warning: ...` lines.
 
+Nothing the CLI prints is read as Rich markup or emoji codes: file names and messages are
+user text (`[draft] a.png`, `:x:.png`, `bbox must be [x, y, w, h]`), so the consoles are
+made without markup, and a line with a coloured label is built by `say` from plain strings
+and (text, style) pairs. Lines are never wrapped by Rich (one message, one line).
+
 Exit codes (README "Errors"): 0 success; 1 an error, the command did not finish; 2 a usage
 error found by the parser (unknown flag, missing argument); 3 a folder run finished but some
 inputs failed (listed in OUT/failures.csv); 130 interrupted.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -26,21 +32,49 @@ import click
 import typer
 from rich.console import Console
 from rich.progress import Progress
+from rich.text import Text
 
 from clearsight._version import __version__
 from clearsight.errors import ClearsightError, OptionError
 
 app = typer.Typer(
     name="clearsight",
-    help="Restore images with compact models: derain, demoire, restore, evaluate.",
+    help="Compact vision models from data to a deployed artifact: restore images (derain, "
+    "demoire), detect objects, evaluate, train, compress, export (ONNX, Paddle) and serve.",
     epilog="Exit codes: 0 success; 1 an error stopped the command (one line says why); "
     "2 a usage error; 3 a folder run finished but some inputs failed (OUT/failures.csv).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+console = Console(markup=False, emoji=False, highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, markup=False, emoji=False, highlight=False, soft_wrap=True)
+
+Part = str | tuple[str, str]
+"""A piece of a printed line: plain text, or (text, Rich style)."""
+
+
+def say(*parts: Part, err: bool = False) -> None:
+    """Print one line built from plain strings and (text, style) pairs, on stdout (or
+    stderr with `err`). No part is read as markup: `say(("failed:", "bold red"), " ", name)`
+    prints any file name as itself. Every labelled line of the CLI goes through here."""
+    (err_console if err else console).print(Text.assemble(*parts), soft_wrap=True)
+
+
+def failure_line(source: object, reason: str) -> str:
+    """'FILE: reason', naming the file once: a reason that already names it (the
+    engines' reasons often start with it) is kept as it is."""
+    src = str(source)
+    if re.search(rf"(^|[\s'\"(]){re.escape(src)}($|[\s'\":),])", reason):
+        return reason
+    return f"{src}: {reason}"
+
+
+def say_failed(source: object, reason: str) -> None:
+    """`failed: FILE: reason` on stderr, one line: the printer of every folder run (restore,
+    detect, local and Ray engines)."""
+    say(("failed:", "bold red"), " ", failure_line(source, reason), err=True)
+
 
 _STATE = {"debug": False}
 
@@ -74,11 +108,25 @@ def _blocking_file(path: Path) -> Path | None:
     return None
 
 
+_TEMP_NAME = re.compile(r"^\.(?P<stem>.+)\.clearsight-\d+-[0-9a-f]+\.tmp(?P<suffix>\.[^/]*)?$")
+"""`clearsight.atomic`'s temporary names: .<stem>.clearsight-<pid>-<hex>.tmp<suffix>."""
+
+
+def _target_of(path: Path) -> Path:
+    """The file a temporary name stands for (`.failures.clearsight-1-ab.tmp.csv` ->
+    `failures.csv`): an error while writing it is about the target, which the user knows."""
+    m = _TEMP_NAME.match(path.name)
+    if m is None:
+        return path
+    suffix = m["suffix"] or ""
+    return path.with_name(m["stem"] + ("" if suffix == ".old" else suffix))
+
+
 def _os_error_line(exc: OSError) -> str | None:
     """A specific line for an OS error about a path, or None for one without a path."""
     if exc.filename is None:
         return None
-    path = Path(str(exc.filename))
+    path = _target_of(Path(str(exc.filename)))
     if isinstance(exc, IsADirectoryError):
         return f"{path} is a folder, expected a file"
     if isinstance(exc, NotADirectoryError | FileExistsError):
@@ -117,7 +165,7 @@ def exception_line(exc: BaseException) -> str:
 
 
 def _report(exc: BaseException) -> None:
-    err_console.print(f"[bold red]error:[/] {exception_line(exc)}", highlight=False, soft_wrap=True)
+    say(("error:", "bold red"), " ", exception_line(exc), err=True)
 
 
 _PASS_THROUGH = (
@@ -152,7 +200,7 @@ def friendly(fn: F) -> F:
 
 
 def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kw: Any) -> None:
-    err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+    say(("warning:", "yellow"), " ", str(message), err=True)
 
 
 def _version(value: bool) -> None:
@@ -183,7 +231,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        say("interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # outside a command (a callback): the same one line
         if _STATE["debug"]:

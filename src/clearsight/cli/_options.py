@@ -21,7 +21,10 @@ TtaOpt = Annotated[
 ]
 MaxPixOpt = Annotated[
     int | None,
-    typer.Option("--max-pixels", help="Refuse images with more decoded pixels (default 200M)."),
+    typer.Option(
+        "--max-pixels",
+        help="Refuse images with more decoded pixels (default 200M, or $CLEARSIGHT_MAX_PIXELS).",
+    ),
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="torch device, e.g. cpu or cuda.")]
 BackendOpt = Annotated[
@@ -86,6 +89,15 @@ SkipExistingOpt = Annotated[
 FailFastOpt = Annotated[
     bool,
     typer.Option("--fail-fast", help="Stop at the first input that fails (exit 1)."),
+]
+
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Also say which backend --backend auto chose, from which measurement.",
+    ),
 ]
 
 EngineOpt = Annotated[

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from clearsight.cli._app import app, console, friendly
+from clearsight.cli._app import app, console, friendly, say
 from clearsight.errors import ClearsightError
 
 
@@ -26,17 +26,19 @@ def audit_cmd(
     if size < 8:
         raise ClearsightError(f"--size must be >= 8, got {size}")
     report = audit(model, size=size, seed=seed)
-    table = Table(title=f"audit {escape(model)}")
+    table = Table(title=f"audit {model}")
     table.add_column("check", style="bold")
     table.add_column("result")
     table.add_column("details")
     for c in report.checks:
         table.add_row(
-            c.name, "[green]PASS[/]" if c.passed else "[bold red]FAIL[/]", escape(c.details)
+            c.name,
+            Text("PASS", style="green") if c.passed else Text("FAIL", style="bold red"),
+            c.details,
         )
     console.print(table)
     failed = report.failed()
     if failed:
-        console.print(f"[bold red]{len(failed)} check(s) failed[/]", highlight=False)
+        say((f"{len(failed)} check(s) failed", "bold red"))
         raise typer.Exit(code=1)
-    console.print(f"[green]ok:[/] all {len(report.checks)} checks passed", highlight=False)
+    say(("ok:", "green"), f" all {len(report.checks)} checks passed")

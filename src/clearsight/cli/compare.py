@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from clearsight.cli._app import app, console, friendly, progress
 from clearsight.cli._options import DeviceOpt, MaxPixOpt, ReportKOpt, ReportOpt, TileOpt
 from clearsight.cli.evaluate import thumbs_for
-from clearsight.cli.restore import make_restorer
+from clearsight.cli.restore import check_max_pixels, make_restorer
 from clearsight.errors import ClearsightError
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ def compare_cmd(
 
     if len(models) != 2:
         raise ClearsightError(f"give exactly two --model options (A then B), got {len(models)}")
+    check_max_pixels(max_pixels)
     ra = make_restorer(models[0], tile=tile, device=device)
     rb = make_restorer(models[1], tile=tile, device=device)
     thumbs_a, thumbs_b = thumbs_for(report, report_k), thumbs_for(report, report_k)
@@ -94,10 +95,8 @@ def compare_cmd(
 def _deltas_table(cmp: Comparison, models: list[str], data: Path, top: int) -> Table:
     """The `top` largest PSNR gains and losses of B over A, image by image."""
     mp = cmp.preset
-    table = Table(
-        title=f"B = {escape(models[1])} vs A = {escape(models[0])} on {escape(str(data))}  "
-        f"[preset {mp.name}: {escape(mp.description)}]"
-    )
+    names = f"B = {models[1]} vs A = {models[0]} on {data}"
+    table = Table(title=f"{names}  [preset {mp.name}: {mp.description}]")
     for col, kw in (
         ("", {}),
         ("image", {"style": "bold"}),
@@ -113,10 +112,10 @@ def _deltas_table(cmp: Comparison, models: list[str], data: Path, top: int) -> T
         colour = "green" if d.delta["psnr"] > 0 else "red"
         table.add_row(
             kind,
-            escape(d.name),
+            d.name,
             f"{d.a['psnr']:.3f}",
             f"{d.b['psnr']:.3f}",
-            f"[{colour}]{d.delta['psnr']:+.3f}[/]",
+            Text(f"{d.delta['psnr']:+.3f}", style=colour),
             f"{d.a['ssim']:.4f}",
             f"{d.b['ssim']:.4f}",
         )

@@ -100,9 +100,9 @@ def quantize_cmd(
     from clearsight.atomic import atomic_write_text
     from clearsight.compress.quant_report import quant_report
     from clearsight.compress.quantize import QuantizeOptions, quantize_model, save_quantized
-    from clearsight.engine.ort_backend import load_onnx
     from clearsight.errors import ClearsightError
     from clearsight.out_paths import check_output_file
+    from clearsight.runtime.ort_backend import load_onnx
     from clearsight.zoo import default_int8_output, resolve_model
 
     try:
@@ -176,7 +176,7 @@ def _detector_report(
     from clearsight.atomic import atomic_write_text
     from clearsight.compress.quant_report_detect import detect_quant_report
     from clearsight.compress.quantize import QuantizeResult
-    from clearsight.engine.ort_backend import load_onnx
+    from clearsight.runtime.ort_backend import load_onnx
 
     assert isinstance(result, QuantizeResult)
     if calibration is None:

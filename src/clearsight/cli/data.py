@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
-from clearsight.cli._app import app, console, friendly, progress
+from clearsight.cli._app import app, console, friendly, progress, say
 from clearsight.cli._options import MaxPixOpt
+from clearsight.cli.restore import check_max_pixels
 from clearsight.errors import ClearsightError
 
 synth_app = typer.Typer(
@@ -35,6 +35,7 @@ def synth_moire_cmd(
     max_pixels: MaxPixOpt = None,
 ) -> None:
     """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
+    check_max_pixels(max_pixels)
     from clearsight.data.synth_moire import MoireConfig, synth_moire_folder
 
     with progress() as bar:
@@ -69,6 +70,7 @@ def synth_rain_cmd(
     max_pixels: MaxPixOpt = None,
 ) -> None:
     """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
+    check_max_pixels(max_pixels)
     from clearsight.data.synth_rain import synth_rain_folder
 
     with progress() as bar:
@@ -140,7 +142,7 @@ def check_data_cmd(
             decode=not quick,
             psnr_floor=psnr_floor,
         )
-    table = Table(title=f"check-data {escape(str(data))}")
+    table = Table(title=f"check-data {data}")
     table.add_column("item", style="bold")
     table.add_column("value")
     for label, value in report.summary()[1:]:
@@ -148,16 +150,14 @@ def check_data_cmd(
     console.print(table)
     problems = report.problems() + (report.content_lines() if strict else [])
     if problems:
-        console.print(f"[bold red]problems ({len(problems)}):[/]")
+        say((f"problems ({len(problems)}):", "bold red"))
         for line in problems:
-            console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
+            say(f"  {line}")
     for line in report.warning_lines():
         if strict and line in problems:
             continue
-        console.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        say(("warning:", "yellow"), f" {line}")
     if problems:
-        console.print(
-            f"[bold red]{len(problems)} problem(s) found[/] in {escape(str(data))}", highlight=False
-        )
+        say((f"{len(problems)} problem(s) found", "bold red"), f" in {data}")
         raise typer.Exit(code=1)
-    console.print(f"[green]ok:[/] {report.n_pairs} pairs ready for training", highlight=False)
+    say(("ok:", "green"), f" {report.n_pairs} pairs ready for training")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from clearsight.cli._app import EXIT_SOME_FAILED, app, console, err_console, friendly, progress
+from clearsight.cli._app import EXIT_SOME_FAILED, app, friendly, progress, say, say_failed
 from clearsight.cli._options import (
     AddressOpt,
     BackendOpt,
@@ -19,7 +19,7 @@ from clearsight.cli._options import (
     SkipExistingOpt,
     WorkersOpt,
 )
-from clearsight.cli.restore import finish_ray, run_on_ray, use_ray
+from clearsight.cli.restore import check_max_pixels, finish_ray, run_on_ray, use_ray
 from clearsight.errors import OptionError
 
 DEFAULT_DETECT = "default-detect"
@@ -53,6 +53,7 @@ def detect_cmd(
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
+    check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, before any work
     if use_ray(engine):
         if backend != "torch" or precision != "fp32":
             raise OptionError(
@@ -73,6 +74,7 @@ def detect_cmd(
     if skip_existing:
         raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     from clearsight.detection.detector import Detector
+    from clearsight.engine.restore_files import FailedFile, FailuresCsvError
 
     detector = Detector.from_pretrained(model, device=device, backend=backend, precision=precision)
     with progress() as bar:
@@ -80,24 +82,30 @@ def detect_cmd(
 
         def on_image(src: Path, dets: object) -> None:
             bar.advance(task)
-            err_console.print(f"{src}: {len(dets)} object(s)", highlight=False)  # type: ignore[arg-type]
+            say(f"{src}: {len(dets)} object(s)", err=True)  # type: ignore[arg-type]
 
-        def on_failure(f: object) -> None:
+        def on_failure(f: FailedFile) -> None:
             bar.advance(task)
-            err_console.print(f"failed: {f.source}: {f.reason}", highlight=False)  # type: ignore[attr-defined]
+            say_failed(f.source, f.reason)
 
-        run = detector.detect_files(
-            [Path(p) for p in inputs],
-            out,
-            score_threshold=score_threshold,
-            on_image=on_image,
-            fail_fast=fail_fast,
-            on_failure=on_failure,
-        )
-    console.print(f"detected in {len(run.items)} image(s); results in {run.results_path}")
-    console.print(run.summary())
+        try:
+            run = detector.detect_files(
+                [Path(p) for p in inputs],
+                out,
+                score_threshold=score_threshold,
+                on_image=on_image,
+                fail_fast=fail_fast,
+                on_failure=on_failure,
+            )
+        except FailuresCsvError as exc:
+            if exc.run is not None:
+                bar.stop()
+                say(exc.run.summary())
+            raise
+    say(f"detected in {len(run.items)} image(s); results in {run.results_path}")
+    say(run.summary())
     if run.failed:
-        err_console.print(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}")
+        say(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)
 
 
@@ -109,7 +117,6 @@ def _detect_on_ray(inputs: list[str], out: Path, model: str, **kw: object) -> No
     summary = run_on_ray(
         "detecting",
         lambda **callbacks: detect_files_ray(inputs, out, model, **kw, **callbacks),  # type: ignore[arg-type]
+        lambda s: s.line(),
     )
-    finish_ray(
-        summary, f"{summary.line()}; {summary.detections} detection(s) in {summary.results_path}"
-    )
+    finish_ray(summary, lambda s: f"{s.line()}; {s.detections} detection(s) in {s.results_path}")

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from clearsight.cli._app import app, console, friendly, progress
@@ -24,7 +23,7 @@ from clearsight.cli._options import (
     TileOpt,
     TtaOpt,
 )
-from clearsight.cli.restore import make_restorer
+from clearsight.cli.restore import check_max_pixels, make_restorer
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.errors import ClearsightError
 from clearsight.out_paths import check_output_file, check_output_folder
@@ -58,12 +57,14 @@ def _eval_detection(
             on_image=lambda i, d: bar.advance(task),
         )
     summary = result.summary()
-    table = Table(title=escape(f"{model} on {data} (COCO bbox, {summary['evaluator']})"))
+    table = Table(title=f"{model} on {data} (COCO bbox, {summary['evaluator']})")
     for key in summary["metrics"]:
         table.add_column(key, justify="right")
     table.add_row(*(_pct(v) for v in summary["metrics"].values()))
     console.print(table)
-    console.print(f"n = {summary['n']} images, {summary['detections']} detections")
+    dropped = summary["dropped_detections"]
+    note = f" ({dropped} more of classes the set does not list, not scored)" if dropped else ""
+    console.print(f"n = {summary['n']} images, {summary['detections']} detections{note}")
     if out is not None:
         csv_path, json_path = result.write(out)
         console.print(f"wrote {csv_path} and {json_path}")
@@ -132,6 +133,7 @@ def eval_cmd(
     folder); per-image CSV and summary JSON."""
     from clearsight.api import evaluate, model_task
 
+    check_max_pixels(max_pixels)
     if model_task(model) == "detect":
         _eval_detection(model, data, out, device, report, report_k)
         return
@@ -192,7 +194,7 @@ def _metrics_table(result: EvalResult, options: InferenceOptions, model: str, da
     """Mean/median/min/max of every metric, the latency and (with --stages) stages used."""
     mp = result.preset
     summary = result.summary()
-    table = Table(title=escape(f"{model} on {data}  (preset {mp.name}: {mp.description})"))
+    table = Table(title=f"{model} on {data}  (preset {mp.name}: {mp.description})")
     table.add_column("metric")
     for col in ("mean", "median", "min", "max"):
         table.add_column(col, justify="right")

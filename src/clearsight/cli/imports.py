@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from clearsight.cli._app import app, console, friendly
+from clearsight.cli._app import app, console, friendly, say
 
 import_app = typer.Typer(
     help="Import weights trained in another framework as a clearsight artifact.",
@@ -51,7 +50,7 @@ def import_paddle_cmd(
         soft_wrap=True,
     )
     for f in result.findings:
-        console.print(f"[yellow]finding ({f['check']}):[/] {escape(f['detail'])}", highlight=False)
+        say((f"finding ({f['check']}):", "yellow"), f" {f['detail']}")
     if result.findings:
-        console.print(f"run `clearsight audit {escape(str(result.path))}` to see them checked")
+        say(f"run `clearsight audit {result.path}` to see them checked")
     console.print(f"wrote {result.path}", highlight=False)

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from clearsight.cli._app import (
     EXIT_SOME_FAILED,
     app,
-    console,
-    err_console,
     friendly,
     progress,
+    say,
+    say_failed,
 )
 from clearsight.cli._options import (
     AddressOpt,
@@ -32,6 +32,7 @@ from clearsight.cli._options import (
     StageThresholdOpt,
     TileOpt,
     TtaOpt,
+    VerboseOpt,
     WorkersOpt,
 )
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
@@ -86,6 +87,14 @@ def parse_scales(text: str) -> tuple[float, ...]:
     return parse(text)
 
 
+def check_max_pixels(max_pixels: int | None) -> None:
+    """--max-pixels and $CLEARSIGHT_MAX_PIXELS, checked with the other options: a bad
+    value stops the command before any work (nothing created)."""
+    from clearsight.engine.restore_files import check_max_pixels as check
+
+    check(max_pixels)
+
+
 def use_ray(engine: str) -> bool:
     """Whether --engine asks for Ray (else the local engine); an OptionError for others."""
     if engine not in ENGINES:
@@ -111,7 +120,12 @@ def restore_on_ray(
     from clearsight.engine.inference import InferenceOptions
     from clearsight.scale.ray_engine import restore_files_ray
 
+    check_max_pixels(max_pixels)
     opts = InferenceOptions(**options)  # type: ignore[arg-type]
+
+    def line(s: ScaleSummary) -> str:
+        return f"{s.line()} into {out}"
+
     summary = run_on_ray(
         what,
         lambda **callbacks: restore_files_ray(
@@ -126,31 +140,44 @@ def restore_on_ray(
             overwrite=skip_existing is False,
             **callbacks,
         ),
+        line,
     )
-    finish_ray(summary, f"{summary.line()} into {out}")
+    finish_ray(summary, line)
 
 
-def run_on_ray(what: str, start: Callable[..., Summary]) -> Summary:
+def run_on_ray(
+    what: str, start: Callable[..., Summary], line: Callable[[Summary], str] | None = None
+) -> Summary:
     """`start(on_start=..., on_result=...)` (a `*_files_ray` call) under a progress bar,
-    printing each failed image as it comes back."""
+    printing each failed image as it comes back (`say_failed`, as the local engine does).
+    Should failures.csv be unwritable, the run's `line(summary)` is printed before the
+    error, so the summary is not lost."""
+    from clearsight.engine.restore_files import FailuresCsvError
+
     with progress() as bar:
         task = bar.add_task(what, total=None)
 
         def on_result(r: object) -> None:
             bar.advance(task)
             if getattr(r, "status", "") != "done":
-                err_console.print(f"failed: {getattr(r, 'reason', '')}", highlight=False)
+                say_failed(getattr(r, "source", ""), getattr(r, "reason", ""))
 
-        return start(
-            on_start=lambda todo, _skipped: bar.update(task, total=todo), on_result=on_result
-        )
+        try:
+            return start(
+                on_start=lambda todo, _skipped: bar.update(task, total=todo), on_result=on_result
+            )
+        except FailuresCsvError as exc:
+            if exc.run is not None and line is not None:
+                bar.stop()
+                say(line(exc.run))
+            raise
 
 
-def finish_ray(summary: ScaleSummary, line: str) -> None:
+def finish_ray(summary: Summary, line: Callable[[Summary], str]) -> None:
     """Print a Ray run's last line; exit 3 (some inputs failed) when failures.csv lists any."""
-    console.print(line)
+    say(line(summary))
     if summary.failures_csv is not None:
-        console.print(f"failures listed in {summary.failures_csv}")
+        say(f"failures listed in {summary.failures_csv}")
         raise typer.Exit(code=EXIT_SOME_FAILED)
 
 
@@ -181,9 +208,11 @@ def restore_with_progress(
     *,
     skip_existing: bool = False,
     fail_fast: bool = False,
+    verbose: bool = False,
 ) -> RestoreRun:
     """`restore_files` drawing one bar for the files and one for the current file's tiles,
-    printing each failure and skipped file as it happens."""
+    printing each failure and skipped file as it happens (and, `verbose`, each distinct
+    choice of --backend auto, once, when made)."""
     from clearsight.engine.restore_files import FailedFile, restore_files
 
     with progress() as bar:
@@ -205,23 +234,20 @@ def restore_with_progress(
             choice = restorer.last_backend  # set by --backend auto only
             if choice is not None:
                 note += f", {choice.backend}"
-                if choice.reason not in reasons:  # each distinct choice once, when made
+                if verbose and choice.reason not in reasons:  # each distinct choice once
                     reasons.add(choice.reason)
-                    err_console.print(f"backend auto: {choice.reason}", highlight=False)
-            err_console.print(
-                f"{r.source} -> {r.output}  ({r.latency_ms:.0f} ms{note})", highlight=False
-            )
+                    say(f"backend auto: {choice.reason}", err=True)
+            say(f"{r.source} -> {r.output}  ({r.latency_ms:.0f} ms{note})", err=True)
 
         def on_failure(f: FailedFile) -> None:
             if f.source in tiles:
                 bar.remove_task(tiles.pop(f.source))  # type: ignore[arg-type]
             bar.advance(files)
-            line = f.reason if str(f.source) in f.reason else f"{f.source}: {f.reason}"
-            err_console.print(f"[bold red]failed:[/] {line}", highlight=False, soft_wrap=True)
+            say_failed(f.source, f.reason)
 
         def on_skip(src: Path, dst: Path) -> None:
             bar.advance(files)
-            err_console.print(f"{src} -> {dst}  (exists, skipped)", highlight=False)
+            say(f"{src} -> {dst}  (exists, skipped)", err=True)
 
         return restore_files(
             restorer,
@@ -238,19 +264,34 @@ def restore_with_progress(
         )
 
 
+def restore_and_finish(
+    restorer: Restorer, inputs: list[str], out: Path, what: str, verb: str, **kw: Any
+) -> None:
+    """`restore_with_progress`, then `finish`; a failures.csv that cannot be written still
+    gets the run's summary printed before its error."""
+    from clearsight.engine.restore_files import FailuresCsvError
+
+    try:
+        run = restore_with_progress(restorer, [Path(p) for p in inputs], out, what=what, **kw)
+    except FailuresCsvError as exc:
+        if exc.run is not None:
+            summarize(exc.run, verb, out)
+        raise
+    finish(run, verb, out)
+
+
+def summarize(run: RestoreRun, verb: str, out: Path) -> None:
+    """'restored 3 image(s) into OUT' and '3 done, 0 skipped, 1 failed'."""
+    replaced = f"; replaced {len(run.replaced)} existing" if run.replaced else ""
+    say(f"{verb} {len(run)} image(s) into {out}{replaced}")
+    say(run.summary())
+
+
 def finish(run: RestoreRun, verb: str, out: Path) -> None:
     """Print the summary; exit 3 when some inputs failed (after the whole run)."""
-    replaced = f"; replaced {len(run.replaced)} existing" if run.replaced else ""
-    console.print(
-        f"{verb} {len(run)} image(s) into {out}{replaced}", highlight=False, soft_wrap=True
-    )
-    console.print(run.summary(), highlight=False)
+    summarize(run, verb, out)
     if run.failed:
-        err_console.print(
-            f"{len(run.failed)} input(s) failed; see {run.failures_csv}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say(f"{len(run.failed)} input(s) failed; see {run.failures_csv}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)
 
 
@@ -280,8 +321,10 @@ def restore_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
+    check_max_pixels(max_pixels)
     if use_ray(engine):
         restore_on_ray(
             model,
@@ -314,16 +357,17 @@ def restore_cmd(
         stage_threshold=stage_threshold,
         precision=precision,
     )
-    run = restore_with_progress(
+    restore_and_finish(
         restorer,
-        [Path(p) for p in inputs],
+        inputs,
         out,
-        max_pixels,
         "restoring",
+        "restored",
+        max_pixels=max_pixels,
         skip_existing=bool(skip_existing),
         fail_fast=fail_fast,
+        verbose=verbose,
     )
-    finish(run, "restored", out)
 
 
 def _require_bundled(name: str, arch: str) -> None:
@@ -360,8 +404,10 @@ def derain_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Remove rain with the bundled default deraining model (RESCAN, see `models`)."""
+    check_max_pixels(max_pixels)
     _require_bundled(DEFAULT_DERAIN, "RESCAN")
     if use_ray(engine):
         restore_on_ray(
@@ -393,16 +439,17 @@ def derain_cmd(
         stage_threshold=stage_threshold,
         precision=precision,
     )
-    run = restore_with_progress(
+    restore_and_finish(
         restorer,
-        [Path(p) for p in inputs],
+        inputs,
         out,
-        max_pixels,
         "deraining",
+        "derained",
+        max_pixels=max_pixels,
         skip_existing=bool(skip_existing),
         fail_fast=fail_fast,
+        verbose=verbose,
     )
-    finish(run, "derained", out)
 
 
 @app.command("demoire", epilog=EPILOG)
@@ -428,8 +475,10 @@ def demoire_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
+    check_max_pixels(max_pixels)
     _require_bundled(DEFAULT_DEMOIRE, "MBCNN")
     if use_ray(engine):
         restore_on_ray(
@@ -459,13 +508,14 @@ def demoire_cmd(
         backend=backend,
         precision=precision,
     )
-    run = restore_with_progress(
+    restore_and_finish(
         restorer,
-        [Path(p) for p in inputs],
+        inputs,
         out,
-        max_pixels,
         "demoiréing",
+        "demoiréd",
+        max_pixels=max_pixels,
         skip_existing=bool(skip_existing),
         fail_fast=fail_fast,
+        verbose=verbose,
     )
-    finish(run, "demoiréd", out)

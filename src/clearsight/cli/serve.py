@@ -19,7 +19,9 @@ def serve_cmd(
     host: Annotated[
         str, typer.Option("--host", help="Address to bind (loopback unless you say otherwise).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", help="TCP port, 0 to 65535 (0: any free port).")
+    ] = 8000,
     models: Annotated[
         str,
         typer.Option(
@@ -51,6 +53,7 @@ def serve_cmd(
         import uvicorn
 
         from clearsight.serve import ServeLimits, create_app
+        from clearsight.serve.listen import bind_sockets, close_all, url
     except ImportError as exc:
         raise ClearsightError(
             f"`serve` needs fastapi, uvicorn and python-multipart ({exc.name} is missing); "
@@ -72,14 +75,29 @@ def serve_cmd(
         max_in_flight=max_in_flight,
         timeout_s=timeout,
     )
-    _share_cores(limits.workers)
-    server_app = create_app(refs, limits, device=device)
-    err_console.print(
-        f"serving {', '.join(server_app.state.server.models)} on http://{host}:{port} "
-        f"({limits.workers} inference threads, {limits.max_in_flight} images in flight)",
-        highlight=False,
-    )
-    uvicorn.run(server_app, host=host, port=port, log_level="warning")
+    sockets = bind_sockets(host, port)  # a bad or busy address fails before the models load
+    try:
+        _share_cores(limits.workers)
+        server_app = create_app(refs, limits, device=device)
+        server = uvicorn.Server(uvicorn.Config(server_app, log_level="warning"))
+        err_console.print(
+            f"serving {', '.join(server_app.state.server.models)} on "
+            f"{' and '.join(url(s) for s in sockets)} "
+            f"({limits.workers} inference threads, {limits.max_in_flight} images in flight)",
+            highlight=False,
+            soft_wrap=True,  # one line, however narrow the terminal
+            markup=False,  # model names come from the user's file names
+        )
+        try:
+            server.run(sockets=sockets)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how a server is stopped (uvicorn.run does the same)
+        except SystemExit as exc:  # uvicorn's startup failure exits 3, which means otherwise
+            raise ClearsightError(f"the server did not start (uvicorn exit {exc.code})") from None
+        if not server.started:
+            raise ClearsightError("the server did not start; see the lines above")
+    finally:
+        close_all(sockets)
 
 
 def _share_cores(workers: int) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from clearsight.cli._app import app, console, friendly
+from clearsight.cli._app import app, console, friendly, say
 from clearsight.errors import ClearsightError
 
 
@@ -39,7 +39,7 @@ def train_cmd(
     import os
 
     from clearsight.api import train
-    from clearsight.engine.trainer import OVERFIT_MARGIN
+    from clearsight.engine.restore_train import OVERFIT_MARGIN
 
     result = train(
         config,
@@ -63,14 +63,14 @@ def train_cmd(
                     f"AP on the batch trained on stayed below {OVERFIT_AP:g} after "
                     f"{result.steps} steps: check the loss, the targets and the learning rate"
                 )
-            console.print("[green]ok:[/] near-perfect AP on its batch", highlight=False)
+            say(("ok:", "green"), " near-perfect AP on its batch")
             return
         if not result.overfit_ok:
             raise ClearsightError(
                 f"the loss did not fall below {OVERFIT_MARGIN:g} x its first value in "
                 f"{result.steps} steps on one batch: check the model, loss and learning rate"
             )
-        console.print("[green]ok:[/] the loss fell", highlight=False)
+        say(("ok:", "green"), " the loss fell")
         return
     metrics = ", ".join(f"{k} {v:.4f}" for k, v in result.val_metrics.items()) or "no validation"
     console.print(

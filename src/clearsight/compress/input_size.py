@@ -56,7 +56,7 @@ def change_input_size(
     check_output_folder(out, "input-size output")
     loaded = resolve_model(str(model))
     cfg = loaded.config
-    if cfg.task != "detect":
+    if not loaded.is_detector:
         raise ClearsightError(f"{model}: a {cfg.task!r} model takes any image size as it is")
     if "input_size" not in get_spec(cfg.architecture).default_args():
         raise ClearsightError(f"{model}: {cfg.architecture} has no input_size argument")

@@ -9,8 +9,8 @@ list here. Why a library: the dependency graph of four different architectures i
 the part that is easy to get subtly wrong by hand.
 
 MACs are recounted with the project's counters after each step (never scaled from the
-ratio): MACs per pixel for restoration (`profile.count_macs`), the contest MAdds for
-detection (`detection.madds.count_madds`). The pruned model keeps its architecture's
+ratio): MACs per pixel for restoration (`measure.macs.count_macs`), the contest MAdds for
+detection (`measure.madds.count_madds`). The pruned model keeps its architecture's
 module tree, so the saved artifact records its real widths and reloads without
 Torch-Pruning (`models/widths.py`).
 """
@@ -92,10 +92,10 @@ def measure_macs(model: nn.Module) -> tuple[float, str]:
     MACs per pixel at 64x64 (restoration) or the contest MAdds in millions at the model's
     input size (detection)."""
     if _is_detector(model):
-        from clearsight.detection.madds import count_madds
+        from clearsight.measure.madds import count_madds
 
         return count_madds(model, tuple(model.input_size)).madds, "MAdds (M)"  # type: ignore[arg-type]
-    from clearsight.profile import count_macs
+    from clearsight.measure.macs import count_macs
 
     with torch.no_grad():
         return count_macs(model, *RESTORATION_MAC_SIZE).per_pixel, "MACs/pixel"

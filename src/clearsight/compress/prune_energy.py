@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from clearsight.errors import OptionError
+from clearsight.models.contract import as_restoration_model
 
 CALIBRATION_CROP = 256
 """Restoration models see centre crops of at most this side (statistics are per channel, so
@@ -56,10 +57,10 @@ def calibration_inputs(loaded: Any, folder: str, limit: int) -> list[torch.Tenso
     paths = calibration_images(folder, limit)
     if not paths:
         raise OptionError("calibration", f"{folder} holds no images")
-    if getattr(loaded.model, "task", "") == "detect":
+    if loaded.is_detector:
         arrays = [prepare_detection_image(p, loaded, "decoded") for p in paths]
     else:
-        pad = int(getattr(loaded.model, "pad_multiple", 1) or 1)
+        pad = as_restoration_model(loaded.model).pad_multiple
         arrays = [prepare_image(p, loaded, pad, CALIBRATION_CROP) for p in paths]
     return [torch.from_numpy(a) for a in arrays]
 

@@ -24,7 +24,7 @@ fed (`prepare_detection_image`), percentile ranges and 64 images by default, and
 kept fp32: the output path (box decode, sigmoids, score layout and the head's last
 convolutions) and the stem with the first block (`input_path_nodes`). Both were measured
 on YOLOX-Nano's contest mAP (docs/quantize.md); every other convolution is int8, so the
-contest's MAdds count halves all the same (`detection/madds.py`).
+contest's MAdds count halves all the same (`measure/madds.py`).
 
 The int8 file carries the fp32 export's metadata unchanged (`onnx_meta.py`: config,
 preprocessing spec, export info, so `load_model` and the ONNX Runtime backend read it as they
@@ -47,9 +47,16 @@ from typing import Any
 import numpy as np
 
 from clearsight.artifact import LoadedModel
-from clearsight.engine.ort_detect import LAYOUTS
 from clearsight.errors import ClearsightError, OptionError
-from clearsight.onnx_meta import EXPORT_KEY, PRECISION_KEY
+from clearsight.export.onnx_precision import (
+    onnx_metadata,
+    ort_version,
+    precision_of,
+    save_onnx_bytes,
+    with_precision_metadata,
+)
+from clearsight.onnx_meta import EXPORT_KEY
+from clearsight.runtime.ort_detect import LAYOUTS
 
 METHODS = ("static", "dynamic")
 CALIBRATIONS = ("minmax", "entropy", "percentile")
@@ -267,48 +274,24 @@ def input_path_nodes(data: bytes, convs: int) -> list[str]:
     return found
 
 
-def _with_metadata(data: bytes, props: dict[str, str], extra: dict[str, Any]) -> bytes:
-    """`data` with the fp32 export's metadata, its export info extended by `extra`."""
-    import onnx
-
-    proto = onnx.load_from_string(data)
-    info = json.loads(props[EXPORT_KEY])
-    info.update(extra)
-    merged = {**props, EXPORT_KEY: json.dumps(info), PRECISION_KEY: str(extra["precision"])}
-    del proto.metadata_props[:]
-    for k, v in merged.items():
-        entry = proto.metadata_props.add()
-        entry.key, entry.value = k, v
-    proto.producer_name = "clearsight"
-    return proto.SerializeToString()
-
-
-def _metadata(data: bytes) -> dict[str, str]:
-    import onnx
-
-    return {p.key: p.value for p in onnx.load_from_string(data).metadata_props}
-
-
 # -- the work ----------------------------------------------------------------------------
 def fp32_onnx(loaded: LoadedModel, layout: str | None = None) -> bytes:
     """The fp32 ONNX bytes of `loaded`: exported (parity-checked) from a PyTorch model, a
     detector in `layout` (default "decoded"), or the file an fp32 ONNX model was loaded from."""
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
 
     model = loaded.model
-    is_detector = loaded.config.task == "detect"
+    is_detector = loaded.is_detector
     if layout is not None and not is_detector:
         raise OptionError(
             "layout", f"applies to detectors; {loaded.source} is a {loaded.config.task!r} model"
         )
-    if isinstance(model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         if precision_of(model.export_info) != "fp32":
             raise QuantizeError(
                 f"{loaded.source} is already quantized ({precision_of(model.export_info)})"
             )
-        if isinstance(model, OrtDetector) and layout is not None and layout != model.layout:
+        if is_detector and layout is not None and layout != model.layout:
             raise OptionError(
                 "layout",
                 f"{loaded.source} is an ONNX export in the {model.layout!r} layout, not "
@@ -327,51 +310,13 @@ def fp32_onnx(loaded: LoadedModel, layout: str | None = None) -> bytes:
     return data
 
 
-QAT_TOLERANCE = 0.02
-"""Max abs difference allowed between ONNX Runtime's QDQ graph and the PyTorch fake-quant
-model it came from: a value on a rounding boundary may land one quantization step apart."""
-
-
-def qat_int8_onnx(model: Any, config: Any, source: str) -> bytes:
-    """The int8 QDQ ONNX bytes of a QAT-trained model (`compress/qat.py`), with its trained
-    scales and zero points, parity-checked against the fake-quant model, and the fp32
-    export's metadata plus `precision: "int8"` (`quantization.method: "qat"`)."""
-    import copy
-
-    from clearsight.compress.qat import exportable
-    from clearsight.export.onnx import PARITY_SIZES_QUICK, export_onnx_bytes
-
-    graph = exportable(copy.deepcopy(model).cpu().eval())
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        data, parity = export_onnx_bytes(
-            LoadedModel(graph, config, source),
-            parity_sizes=PARITY_SIZES_QUICK,
-            tolerance=QAT_TOLERANCE,
-        )
-    settings = {
-        "method": "qat",
-        "format": "QDQ",
-        "weights": "int8 per-channel (trained)",
-        "activations": "uint8 (trained scales)",
-        "parity_max_abs_diff": parity.max_abs_diff,
-        "onnxruntime": _ort_version(),
-    }
-    return _with_metadata(data, _metadata(data), {"precision": "int8", "quantization": settings})
-
-
-def precision_of(export_info: dict[str, Any]) -> str:
-    """An export's precision: "fp32" for files written before the key existed."""
-    return str(export_info.get("precision", "fp32"))
-
-
 def quantize_model(
     loaded: LoadedModel,
     calibration: str | os.PathLike[str] | None,
     options: QuantizeOptions | None = None,
 ) -> QuantizeResult:
     """Quantize `loaded` to int8; `calibration` is a folder of real images (static only)."""
-    detector = loaded.config.task == "detect"
+    detector = loaded.is_detector
     opts = (options or QuantizeOptions()).for_task(detector)
     paths: list[Path] = []
     if opts.method == "static":  # a bad folder fails before the export's minute
@@ -381,7 +326,7 @@ def quantize_model(
         if not paths:
             raise QuantizeError(f"--calibration: {calibration} holds no images")
     fp32 = fp32_onnx(loaded, opts.layout)
-    props = _metadata(fp32)
+    props = onnx_metadata(fp32)
     info = json.loads(props[EXPORT_KEY])
     known = {name for name, _ in nodes_of(fp32)}
     unknown = [n for n in opts.exclude if n not in known]
@@ -422,7 +367,7 @@ def quantize_model(
         "calibration_images": len(used),
         "calibration_crop": opts.crop if static and not detector else None,
         "excluded_nodes": excluded,
-        "onnxruntime": _ort_version(),
+        "onnxruntime": ort_version(),
     }
     extra: dict[str, Any] = {"precision": "int8", "quantization": settings}
     stats = info.get("shared_stats")
@@ -430,7 +375,7 @@ def quantize_model(
         INT8_MAX_UNTILED_PIXELS
     ):
         extra["shared_stats"] = {**stats, "max_untiled_pixels": INT8_MAX_UNTILED_PIXELS}
-    data = _with_metadata(data, props, extra)
+    data = with_precision_metadata(data, props, extra)
     return QuantizeResult(
         data=data,
         fp32_data=fp32,
@@ -438,12 +383,6 @@ def quantize_model(
         calibration_images=used,
         options=asdict(opts),
     )
-
-
-def _ort_version() -> str:
-    import onnxruntime
-
-    return str(onnxruntime.__version__)
 
 
 def _static(
@@ -509,15 +448,4 @@ def _dynamic(src: Path, dst: Path, opts: QuantizeOptions, excluded: list[str]) -
 
 def save_quantized(result: QuantizeResult, out: str | os.PathLike[str]) -> Path:
     """Write the int8 model atomically (readable as the fp32 export is)."""
-    return save_quantized_bytes(result.data, out)
-
-
-def save_quantized_bytes(data: bytes, out: str | os.PathLike[str]) -> Path:
-    from clearsight.atomic import atomic_write_bytes
-
-    target = Path(out)
-    atomic_write_bytes(target, data)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(target, 0o666 & ~umask)
-    return target
+    return save_onnx_bytes(result.data, out)

@@ -241,6 +241,20 @@ def _lost_blocks(arrays: dict[str, np.ndarray], sites: list[Site]) -> list[str]:
     return _share_lost_blocks(probe, sites)
 
 
+def _check_sizes(
+    arrays: dict[str, np.ndarray], architecture: str, model: nn.Module, source: str
+) -> None:
+    """Refuse, before any conversion copies it (to float32, float64 to fold batch norm), a
+    tensor larger than every tensor of the architecture: it cannot fit anywhere."""
+    largest = max(v.numel() for v in model.state_dict().values())
+    big = [f"{k} {list(a.shape)}" for k, a in arrays.items() if a.size > largest]
+    if big:
+        raise PaddleImportError(
+            f"{source}: tensor(s) larger than any {architecture} tensor ({largest:,} values): "
+            + ", ".join(big[:5])
+        )
+
+
 def convert_state(
     arrays: dict[str, np.ndarray],
     architecture: str,
@@ -249,6 +263,7 @@ def convert_state(
     source: str,
 ) -> tuple[dict[str, torch.Tensor], list[dict[str, str]]]:
     """The converted state dict for `model` and the findings; raises one error listing all."""
+    _check_sizes(arrays, architecture, model, source)
     sites = TABLES[architecture](model)
     arrays = dict(arrays)
     findings: list[dict[str, str]] = []

@@ -16,6 +16,7 @@ swapped, `CocoDataset.image` returns the stored layout instead, the one the boxe
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,44 @@ def _entry(path: Path, kind: str, item: Any, keys: tuple[str, ...]) -> None:
         raise CocoFormatError(f"{path}: {kind} {ident!r} lacks one of {', '.join(keys)}")
 
 
+def _int(where: str, key: str, value: Any, low: int | None = None) -> int:
+    """A JSON integer (not a bool, not a float), at least `low`."""
+    if isinstance(value, bool) or not isinstance(value, int) or (low is not None and value < low):
+        need = "an integer" if low is None else f"an integer >= {low}"
+        raise CocoFormatError(f"{where}: {key} must be {need}, got {value!r}")
+    return value
+
+
+def _bbox(where: str, bbox: Any) -> tuple[float, float, float, float]:
+    ok = (
+        isinstance(bbox, list)
+        and len(bbox) == 4
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in bbox)
+        and all(math.isfinite(v) for v in bbox)
+    )
+    if not ok:
+        raise CocoFormatError(f"{where}: bbox must be 4 finite numbers (x, y, w, h), got {bbox!r}")
+    x, y, w, h = (float(v) for v in bbox)
+    return x, y, w, h
+
+
+def _image_path(image_dir: Path, im: dict[str, Any], ann_path: Path) -> Path:
+    """`image_dir / file_name`, refused unless it resolves (symlinks followed) inside
+    `image_dir`: an annotation file must not make a scorer read, and a report embed, a file
+    from elsewhere (`../../other/c.png`, an absolute path, a link out)."""
+    name = im["file_name"]
+    where = f"{ann_path}: image {im['id']!r}"
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise CocoFormatError(f"{where}: file_name must be a non-empty string, got {name!r}")
+    path = image_dir / name
+    base = image_dir.resolve()
+    if not path.resolve().is_relative_to(base):
+        raise CocoFormatError(
+            f"{where}: file_name {name!r} resolves outside the image folder {image_dir}"
+        )
+    return path
+
+
 def load_coco(
     annotations: str | os.PathLike[str],
     images: str | os.PathLike[str] | None = None,
@@ -114,34 +153,47 @@ def load_coco(
     check_files: bool = True,
 ) -> CocoDataset:
     """Load and check the COCO instances file `annotations`, its images in the folder `images`
-    (None: the JSON's own folder). `check_files=False` skips the per-image file checks."""
+    (None: the JSON's own folder). `check_files=False` skips the per-image file checks (not
+    the check that each image path stays inside the folder)."""
     ann_path = Path(annotations)
     data = _read_json(ann_path)
     image_dir = Path(images) if images is not None else ann_path.parent
     categories: dict[int, str] = {}
     for c in data["categories"]:
         _entry(ann_path, "category", c, ("id", "name"))
-        categories[int(c["id"])] = str(c["name"])
+        cid = _int(f"{ann_path}: category {c['id']!r}", "id", c["id"])
+        if cid in categories:
+            raise CocoFormatError(f"{ann_path}: category id {cid} appears twice")
+        categories[cid] = str(c["name"])
     by_id: dict[int, dict[str, Any]] = {}
+    paths: dict[int, Path] = {}
     for im in data["images"]:
         _entry(ann_path, "image", im, ("id", "file_name", "width", "height"))
-        if im["id"] in by_id:
-            raise CocoFormatError(f"{ann_path}: image id {im['id']} appears twice")
-        by_id[int(im["id"])] = im
+        where = f"{ann_path}: image {im['id']!r}"
+        img_id = _int(where, "id", im["id"])
+        _int(where, "width", im["width"], 1)
+        _int(where, "height", im["height"], 1)
+        if img_id in by_id:
+            raise CocoFormatError(f"{ann_path}: image id {img_id} appears twice")
+        by_id[img_id] = im
+        paths[img_id] = _image_path(image_dir, im, ann_path)
     per_image: dict[int, list[dict[str, Any]]] = {i: [] for i in by_id}
+    ann_ids: set[int] = set()
     for a in data["annotations"]:
         _entry(ann_path, "annotation", a, ("id", "image_id", "category_id", "bbox"))
-        where = f"{ann_path}: annotation {a['id']}"
-        im = by_id.get(int(a["image_id"]))
+        where = f"{ann_path}: annotation {a['id']!r}"
+        ann_id = _int(where, "id", a["id"])
+        if ann_id in ann_ids:
+            raise CocoFormatError(f"{ann_path}: annotation id {ann_id} appears twice")
+        ann_ids.add(ann_id)
+        im = by_id.get(_int(where, "image_id", a["image_id"]))
         if im is None:
             raise CocoFormatError(f"{where} refers to unknown image id {a['image_id']}")
         where += f" (image {im['file_name']})"
-        if int(a["category_id"]) not in categories:
+        if _int(where, "category_id", a["category_id"]) not in categories:
             raise CocoFormatError(f"{where} has unknown category id {a['category_id']}")
         bbox = a["bbox"]
-        if not isinstance(bbox, list) or len(bbox) != 4:
-            raise CocoFormatError(f"{where}: bbox must be [x, y, width, height], got {bbox!r}")
-        x, y, w, h = (float(v) for v in bbox)
+        x, y, w, h = _bbox(where, bbox)
         if w <= 0 or h <= 0:
             raise CocoFormatError(f"{where}: zero-area box {bbox}")
         W, H = float(im["width"]), float(im["height"])  # noqa: N806
@@ -150,11 +202,13 @@ def load_coco(
             raise CocoFormatError(
                 f"{where}: box {bbox} lies outside the {im['width']}x{im['height']} image"
             )
+        if not isinstance(a.get("iscrowd", 0), int | bool):
+            raise CocoFormatError(f"{where}: iscrowd must be 0 or 1, got {a['iscrowd']!r}")
         per_image[int(im["id"])].append(a)
     entries = []
     for img_id, im in by_id.items():
         anns = per_image[img_id]
-        path = image_dir / str(im["file_name"])
+        path = paths[img_id]
         if check_files:
             _check_image_file(path, int(im["width"]), int(im["height"]), ann_path)
         boxes = np.array(

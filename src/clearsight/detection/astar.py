@@ -2,7 +2,8 @@
 
 The contest's `score.py`, step by step, as reproduced here:
 
-1. Read `annotations/instances_val2017.json` and `val2017/`; images without annotations are
+1. Read `annotations/instances_val2017.json` and `val2017/` (checked by `data.coco.load_coco`,
+   as `eval` checks a set; the contest read it unchecked); images without annotations are
    skipped (`skip_unannotated`); images go through the model in batches of 32, and a final
    batch of exactly one image is dropped (`drop_last_single`).
 2. Preprocessing: PIL, grayscale to RGB, resize to 300x300 ignoring the aspect ratio with
@@ -15,7 +16,7 @@ The contest's `score.py`, step by step, as reproduced here:
    and slightly overlapping boxes of one class suppress each other.
 5. Boxes clipped to [0, 1], scaled by the original width and height; labels 1..80 map to
    COCO's sorted category ids; mAP = COCOeval bbox stats[0].
-6. MAdds (`clearsight.detection.madds`), then the score: MAdds below 160 count as 160,
+6. MAdds (`clearsight.measure.madds`), then the score: MAdds below 160 count as 160,
    above 1300 the score is 0, else 100 * mAP - (5.1249 * ln(MAdds) - 14.499).
 
 `astar_score(model, data_dir)` returns an `AstarResult`; `AstarResult.to_dict()` is the
@@ -45,9 +46,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from clearsight.data.coco import load_coco
 from clearsight.detection.coco_classes import COCO_IDS
-from clearsight.detection.madds import MAddsCount, count_madds, count_madds_onnx
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, ImageReadError
+from clearsight.measure.madds import MAddsCount, count_madds, count_madds_onnx
+from clearsight.metrics.coco_eval import with_scorer_defaults
 
 CONTEST_SIZE = (300, 300)
 CONTEST_MEAN = 127.5
@@ -172,8 +175,11 @@ def contest_preprocess(path: str | os.PathLike[str]) -> tuple[np.ndarray, tuple[
     and its original (width, height)."""
     from PIL import Image
 
-    with Image.open(path) as im:
-        return contest_preprocess_pil(im), im.size
+    try:
+        with Image.open(path) as im:
+            return contest_preprocess_pil(im), im.size
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise ImageReadError(f"{path}: cannot read image ({exc})") from None
 
 
 def contest_preprocess_pil(im: Any) -> np.ndarray:
@@ -366,7 +372,7 @@ def _contest_runner(
     """What runs the contest batches, its MAdds, the report's note and the runtime: a
     clearsight detector behind `ContestAdapter`, an ONNX file exported with `--layout
     astar` (ONNX Runtime, MAdds counted on its graph), or a `ContestModel`."""
-    from clearsight.engine.ort_detect import OrtDetector
+    from clearsight.runtime.ort_detect import OrtDetector
 
     if config.task != "detect":
         raise ClearsightError(
@@ -423,19 +429,25 @@ def astar_score(
     img_dir = data / "val2017"
     if not ann.is_file() or not img_dir.is_dir():
         raise ClearsightError(f"{data}: needs annotations/instances_val2017.json and val2017/")
+    # the reader and checks `eval` uses, before the model is loaded: one line naming the file
+    # and entry for bad JSON, boxes, dangling ids or image paths outside val2017/
+    dataset = load_coco(ann, img_dir)
+    paths = {entry.id: entry.path for entry in dataset.images}
     model, config, source = _load_model(model_ref_or_loaded)
     run, count, note, runtime = _contest_runner(model, config, device, q.halve_quantized)
     if runner is not None:
         runtime = getattr(runner, "runtime", type(runner).__name__)
     with contextlib.redirect_stdout(io.StringIO()):
-        coco = COCO(str(ann))
+        coco = COCO()
+        coco.dataset = with_scorer_defaults(dataset.raw)
+        coco.createIndex()
     images = contest_images(coco, q)
     if limit is not None:
         images = images[:limit]
     results: list[dict[str, Any]] = []
     for start in range(0, len(images), q.batch_size):
         batch = images[start : start + q.batch_size]
-        loaded = [contest_preprocess(img_dir / im["file_name"]) for im in batch]
+        loaded = [contest_preprocess(paths[im["id"]]) for im in batch]
         arrays, sizes = [a for a, _ in loaded], [sz for _, sz in loaded]
         x = torch.from_numpy(np.stack(arrays)).to(device)
         with torch.no_grad():

@@ -25,7 +25,6 @@ from torchvision.utils import draw_bounding_boxes
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 
@@ -97,14 +96,14 @@ class Detector:
 
     def __init__(self, loaded: LoadedModel, device: str | torch.device = "cpu") -> None:
         cfg = loaded.config
-        if cfg.task != "detect":
+        if not loaded.is_detector:
             raise ClearsightError(
                 f"model {loaded.source} is a {cfg.task!r} model, not a detector (task 'detect')"
             )
         self.loaded = loaded
         self.device = torch.device(device)
         self.model = loaded.model.to(self.device).eval()
-        if isinstance(self.model, OrtDetector):
+        if loaded.on_onnxruntime:
             self.model.check_runs_as_detector()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
         # labels, not class outputs: SSD's background output has no label (and no class id)
@@ -136,8 +135,8 @@ class Detector:
         layout, parity-checked) and run by ONNX Runtime on the CPU, as restore's --backend.
         `precision="int8"`: `REF.int8.onnx` (`compress quantize`) on ONNX Runtime, as
         restore's --precision."""
-        from clearsight.engine.ort_backend import check_backend
         from clearsight.errors import OptionError
+        from clearsight.runtime.ort_backend import check_backend
         from clearsight.zoo import PRECISIONS, find_int8, resolve_model
 
         if precision not in PRECISIONS:
@@ -245,9 +244,10 @@ class Detector:
         all are numbers, as COCO's are, else positions 0..N-1; each entry also names its file.
         A file that fails is recorded (`on_failure`, `DetectRun.failed`, OUT/failures.csv) and
         the run goes on, as `clearsight.restore_files` does, unless `fail_fast`."""
-        from clearsight.engine.batch import plan_outputs
+        from clearsight.engine.batch import check_link, plan_outputs
         from clearsight.engine.restore_files import (
             FailedFile,
+            FailuresCsvError,
             failure_reason,
             sweep_output_folders,
             update_failures_csv,
@@ -264,6 +264,7 @@ class Detector:
         results: list[dict[str, Any]] = []
         for src, dst in plan:
             try:
+                check_link(src)
                 dets = self.detect_file(src, dst, score_threshold, iou_threshold, max_detections)
             except Exception as exc:
                 if fail_fast:
@@ -278,8 +279,13 @@ class Detector:
                 on_image(src, dets)
         results_path = out / RESULTS_FILE
         atomic_write_text(results_path, json.dumps(results, indent=1) + "\n")
-        update_failures_csv(out, failed)
-        return DetectRun(items=items, results_path=results_path, image_ids=ids, failed=failed)
+        run = DetectRun(items=items, results_path=results_path, image_ids=ids, failed=failed)
+        try:
+            update_failures_csv(out, failed)
+        except FailuresCsvError as exc:
+            exc.run = run
+            raise
+        return run
 
 
 def _image_ids(paths: Sequence[Path]) -> dict[str, int]:

@@ -3,6 +3,11 @@
 Scoring uses a low score threshold (0.001) and up to 100 detections per image, the COCO
 convention every published AP uses; a higher threshold lowers AP by cutting the
 low-confidence tail of the precision-recall curve.
+
+A detector may know more classes than a set annotates (an 80-class COCO model on a set of
+people): detections of classes the set does not list are not scored, as pycocotools would
+ignore them, and are counted (`dropped_detections`). A detector none of whose class ids the
+set lists is refused before any image runs: its labels are not the set's ids.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from typing import Any
 from clearsight.atomic import atomic_write_text
 from clearsight.data.coco import CocoDataset, CocoFormatError, load_coco
 from clearsight.detection.detector import Detections, Detector
-from clearsight.metrics.coco_eval import Backend, CocoEvalResult, evaluate_coco, image_rows
+from clearsight.metrics.coco_eval import (
+    Backend,
+    CocoEvalResult,
+    check_class_ids,
+    evaluate_coco,
+    image_rows,
+    listed_detections,
+)
 
 __all__ = [
     "EVAL_SCORE_THRESHOLD",
@@ -64,10 +76,16 @@ def evaluate_detector(
     max_detections: int = 100,
 ) -> tuple[CocoEvalResult, list[dict[str, Any]]]:
     """COCO bbox AP of `detector` on `dataset`, and the detections it was computed from."""
+    check_class_ids(dataset.raw, detector.class_ids, str(dataset.annotation_file))
     results = detect_dataset(detector, dataset, max_detections=max_detections)
-    return evaluate_coco(
-        dataset.raw, results, backend=backend, max_detections=max_detections
-    ), results
+    coco = evaluate_coco(
+        dataset.raw,
+        results,
+        backend=backend,
+        max_detections=max_detections,
+        class_ids=detector.class_ids,
+    )
+    return coco, listed_detections(dataset.raw, results, detector.class_ids)
 
 
 METRIC_KEYS = {
@@ -101,6 +119,7 @@ class DetectionEvalResult:
             "per_class": {str(k): _json_float(v) for k, v in self.coco.per_class.items()},
             "evaluator": self.coco.backend,
             "detections": self.coco.num_detections,
+            "dropped_detections": self.coco.dropped_detections,
             "latency_ms": {"mean": statistics.fmean(lat), "median": statistics.median(lat)}
             if lat
             else None,
@@ -168,6 +187,7 @@ def evaluate_coco_set(
     """Detect on every image of the COCO-format folder `data` (timed), then score it."""
     ann, images = find_coco_set(data)
     dataset = load_coco(ann, images)
+    check_class_ids(dataset.raw, detector.class_ids, str(ann))  # before any image is run
     if on_start is not None:
         on_start(len(dataset.images))
     latency: dict[int, float] = {}
@@ -181,7 +201,14 @@ def evaluate_coco_set(
             on_image(i, dets)
 
     results = detect_dataset(detector, dataset, max_detections=max_detections, on_image=timed)
-    coco = evaluate_coco(dataset.raw, results, backend=backend, max_detections=max_detections)
+    coco = evaluate_coco(
+        dataset.raw,
+        results,
+        backend=backend,
+        max_detections=max_detections,
+        class_ids=detector.class_ids,
+    )
+    results = listed_detections(dataset.raw, results, detector.class_ids)
     rows = [
         {**r, "latency_ms": latency.get(r["image_id"], 0.0)}
         for r in image_rows(dataset.raw, results)

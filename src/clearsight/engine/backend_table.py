@@ -8,15 +8,18 @@ architecture whose measured size is nearest the image's (by pixel count, on a lo
 and the faster backend there. Nothing measured for the architecture, or onnxruntime not
 importable, means torch: the backend every model has.
 
-The table describes the machine it was measured on; on another CPU the ratio may differ.
+The table describes the machine it was measured on; on another CPU the ratio may differ,
+so a choice's reason names that CPU and says whether it is this one's model.
 `--write-table` on the machine at hand re-measures it (docs/architecture.md §5.4).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +50,30 @@ def load_table(path: str | Path | None = None) -> dict[str, Any]:
 
 def ort_available() -> bool:
     return importlib.util.find_spec("onnxruntime") is not None
+
+
+@functools.cache
+def this_cpu_name() -> str | None:
+    """This machine's CPU model as /proc/cpuinfo names it (as the benchmark records it),
+    or None where that file is not there."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def measured_on(cpu: str) -> str:
+    """'measured on AMD EPYC x2, not this CPU': the table's CPU (its model and core count,
+    without the instruction-set flags), and whether this machine's model is the same."""
+    short = cpu.split(" (", 1)[0]
+    here = this_cpu_name()
+    if here is None:
+        return f"measured on {short}"
+    same = re.sub(r" x\d+$", "", short) == here
+    return f"measured on {short}, {'this CPU model' if same else 'not this CPU'}"
 
 
 def _entries(table: Mapping[str, Any], architecture: str) -> list[tuple[int, dict[str, float]]]:
@@ -83,13 +110,13 @@ def choose_backend(
     pixels = max(1, height * width)
     side, times = min(entries, key=lambda e: (abs(math.log(e[0] ** 2 / pixels)), e[0]))
     fastest = min(times, key=lambda b: times[b])
-    cpu = tab.get("cpu", "an unnamed CPU")
+    cpu = str(tab.get("cpu", "an unnamed CPU"))
     if fastest == "onnxruntime" and not (ort_available() if onnxruntime is None else onnxruntime):
         return BackendChoice(FALLBACK, "torch: onnxruntime is not installed")
-    others = [times[b] for b in times if b != fastest]
-    ratio = min(others) / times[fastest] if others else 1.0
+    runner_up = min((b for b in times if b != fastest), key=lambda b: times[b])
+    ratio = times[runner_up] / times[fastest]
     return BackendChoice(
         fastest,
-        f"{fastest}: {ratio:.2f}x faster than the next backend for {architecture} at "
-        f"{side}x{side} (nearest measured to {height}x{width}) on {cpu}",
+        f"{fastest} ({ratio:.2f}x faster than {runner_up} for {architecture} near "
+        f"{side}x{side}, {measured_on(cpu)})",
     )

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import random
+import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +35,11 @@ CHECKPOINT_FILE = "checkpoint.pt"
 FORMAT = "clearsight.checkpoint"
 VERSION = 1
 PAUSE_ENV = "CLEARSIGHT_TEST_SAVE_PAUSE"
+# What a resume reads (`trainer._Run.load`); "ema" and "distill" may be None.
+REQUIRED_KEYS = (
+    "step", "epoch", "position", "model", "optimizer", "scheduler", "ema", "rng", "config",
+    "best", "counters",
+)  # fmt: skip
 
 _saves_in_process = [0]  # counts saves for the test hook only
 
@@ -103,21 +111,57 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path
     return target
 
 
+def _refusal(p: Path, exc: Exception) -> CheckpointError:
+    """One line for a failed `torch.load`, never PyTorch's advice to load unsafely."""
+    text = str(exc)
+    if isinstance(exc, pickle.UnpicklingError):
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", text) or re.search(
+            r"WeightsUnpickler error: \s*(.+?)\s*$", text, re.MULTILINE
+        )
+        what = f" ({found[1]})" if found else ""
+        return CheckpointError(
+            f"{p}: holds objects other than tensors{what}; refused without running anything "
+            "in it (a clearsight checkpoint holds only tensors and plain values)"
+        )
+    return CheckpointError(f"{p}: not a readable checkpoint ({one_line(exc)})")
+
+
+def one_line(exc: BaseException, limit: int = 240) -> str:
+    """`Type: message` on one line, shortened; PyTorch's multi-line messages (a state dict's
+    size mismatches, its advice to load with weights_only=False) folded or dropped."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = "; ".join(ln for ln in lines if "weights_only" not in ln).replace(":; ", ": ")
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a checkpoint with `weights_only=True` (no code is unpickled)."""
+    """Read a checkpoint with `weights_only=True` (no code is unpickled) and check that it
+    holds every part a resume reads (`REQUIRED_KEYS`)."""
     p = Path(path)
     if p.is_dir():
         p = p / CHECKPOINT_FILE
     if not p.is_file():
         raise CheckpointError(f"no checkpoint found at {p}")
     try:
-        state = torch.load(p, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Detected pickle protocol 4": noise here
+            state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for corrupt files
-        raise CheckpointError(
-            f"{p}: cannot read checkpoint ({type(exc).__name__}: {exc})"
-        ) from None
+        raise _refusal(p, exc) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{p}: not a clearsight training checkpoint")
     if state.get("version") != VERSION:
         raise CheckpointError(f"{p}: checkpoint version {state.get('version')!r} is not supported")
+    missing = [k for k in REQUIRED_KEYS if k not in state]
+    if missing:
+        raise CheckpointError(f"{p}: checkpoint lacks {', '.join(missing)}")
+    for key in ("step", "epoch", "position"):
+        if type(state[key]) is not int or state[key] < 0:
+            raise CheckpointError(f"{p}: {key} is {state[key]!r}, not a count")
+    if not isinstance(state["config"], dict):
+        raise CheckpointError(
+            f"{p}: its config is a {type(state['config']).__name__}, not a mapping"
+        )
     return state

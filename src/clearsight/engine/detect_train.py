@@ -1,4 +1,4 @@
-"""The detection side of the trainer (`engine/trainer.py`): data, loss, validation, artifact.
+"""The detection family's side of training (`DetectionTask`, see `engine/train_task.py`).
 
 The loop, checkpoints, resume, NaN guard and data-parallel wrapping are the trainer's own and
 are shared with restoration; what differs for a detector lives here:
@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +35,7 @@ from clearsight.detection.evaluate import evaluate_detector, find_coco_set
 from clearsight.detection.losses import build_detection_loss
 from clearsight.detection.train_data import CocoDetectionDataset, Target
 from clearsight.engine.train_config import TrainConfig, TrainConfigError
+from clearsight.engine.train_task import ValidationContext
 from clearsight.metrics.coco_eval import evaluate_coco
 from clearsight.models.registry import get_spec
 from clearsight.preprocess import PreprocessSpec
@@ -40,6 +43,7 @@ from clearsight.preprocess import PreprocessSpec
 __all__ = [
     "OVERFIT_AP",
     "DetectionSetup",
+    "DetectionTask",
     "batch_ap",
     "build_detection_loss",
     "detection_setup",
@@ -92,7 +96,7 @@ def _label_map_and_spec(
     if init is not None and init.class_ids is not None:
         names = init.class_names or [str(i) for i in init.class_ids]
         return DetectionSetup(init.preprocess, list(init.class_ids), list(names))
-    n = int(getattr(model, "num_labels", model.num_classes))
+    n = int(model.num_labels)
     spec = _model_spec(cfg.model.arch, model)
     coco_name = dict(zip(COCO_IDS, COCO_NAMES, strict=True))
     ann, _ = find_coco_set(cfg.data.train)
@@ -168,7 +172,7 @@ def batch_ap(model: nn.Module, inputs: torch.Tensor, targets: list[Target]) -> f
     outs = model.postprocess(model(inputs), score_threshold=0.001, max_detections=100)
     model.train(was_training)
     h, w = inputs.shape[-2:]
-    n_labels = int(getattr(model, "num_labels", model.num_classes))
+    n_labels = int(model.num_labels)
     gt: dict[str, Any] = {
         "images": [{"id": i, "width": int(w), "height": int(h)} for i in range(len(targets))],
         "annotations": [],
@@ -190,3 +194,47 @@ def batch_ap(model: nn.Module, inputs: torch.Tensor, targets: list[Target]) -> f
     ]  # fmt: skip
     ap = evaluate_coco(gt, results).ap
     return ap if math.isfinite(ap) else 0.0
+
+
+class DetectionTask:
+    """COCO folders in, detection losses, COCO AP validation, the label map in the artifact."""
+
+    metric_name = "coco-ap"
+
+    def __init__(self, model: nn.Module, cfg: TrainConfig, init: ModelConfig | None) -> None:
+        self.cfg = cfg
+        self.setup = detection_setup(model, cfg, init)
+        self.preprocess = self.setup.preprocess
+        self.class_ids: list[int] | None = self.setup.class_ids
+
+    def open_data(self, root: str, train: bool) -> CocoDetectionDataset:
+        return open_detection_data(self.cfg, root, self.setup, train)
+
+    def data_files(self, ds: Any) -> list[Path]:
+        return sorted(set(ds.files()))
+
+    def build_loss(self, model: nn.Module) -> Callable[..., torch.Tensor]:
+        return build_detection_loss(self.cfg.loss.name, model)
+
+    def to_device(
+        self, inp: torch.Tensor, target: Any, device: torch.device, fmt: torch.memory_format
+    ) -> tuple[torch.Tensor, Any]:
+        # the data set already gives model inputs (resized, normalised)
+        return inp.to(device, non_blocking=True), targets_to(target, device)
+
+    def validate(self, model: nn.Module, ds: Any, ctx: ValidationContext) -> dict[str, float]:
+        # every rank scores the whole (small) set: no collective to keep in step
+        config = self.setup.config(model, self.cfg)
+        return validate_detector(model, config, ds, ctx.device, ctx.max_images)
+
+    def score(self, metrics: dict[str, float]) -> float:
+        return metrics.get("AP", -math.inf)
+
+    def artifact_config(self, model: nn.Module, **kw: Any) -> ModelConfig:
+        return self.setup.config(model, self.cfg, **kw)
+
+    def overfit_check(
+        self, model: nn.Module, inp: torch.Tensor, target: Any, first: float, last: float
+    ) -> tuple[bool, float | None]:
+        ap = batch_ap(model, inp, target)
+        return ap >= OVERFIT_AP, ap

@@ -45,6 +45,7 @@ from torch.utils.hooks import RemovableHandle
 
 from clearsight.artifact import LoadedModel
 from clearsight.engine.train_config import TrainConfig, TrainConfigError
+from clearsight.families import Family, family_of
 from clearsight.models.contract import as_restoration_model, last_output
 from clearsight.preprocess import PreprocessSpec, pad_to_multiple
 
@@ -349,11 +350,11 @@ def build_distiller(
 
     teacher = resolve_model(str(cfg.distill.teacher), device=device)
     t_task = teacher.config.task
-    if (t_task == "detect") != (task == "detect"):
+    if family_of(t_task) is not family_of(task):
         raise TrainConfigError(
             f"distill.teacher: {cfg.distill.teacher} is a {t_task} model; the student "
             f"{cfg.model.arch} is a {task} model"
         )
-    if task == "detect" and not teacher.config.class_ids:
+    if family_of(task) is Family.DETECTION and not teacher.config.class_ids:
         raise TrainConfigError(f"distill.teacher: {cfg.distill.teacher} has no class_ids")
     return Distiller(cfg, student, student_spec, teacher, device, detect_class_ids)

@@ -30,11 +30,11 @@ from clearsight.defaults import (
     MIN_TILE,
 )
 from clearsight.engine.backend_table import BackendChoice
-from clearsight.engine.ort_backend import BACKENDS
 from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
+from clearsight.runtime.ort_backend import BACKENDS
 from clearsight.tiling import Progress, tiled_apply
 from clearsight.zoo import PRECISIONS
 
@@ -265,7 +265,7 @@ class Restorer:
     """Run a restoration model on [B,3,H,W] RGB tensors in [0,1]."""
 
     def __init__(self, loaded: LoadedModel, options: InferenceOptions | None = None) -> None:
-        if loaded.config.task == "detect":
+        if loaded.is_detector:
             raise ClearsightError(
                 f"model {loaded.source} is a detector (task 'detect'), not a restoration "
                 "model; use `clearsight detect` or `clearsight eval`"
@@ -425,9 +425,8 @@ class Restorer:
         """The backend for an image of this size: fixed where only one can run it, else
         the one measured faster (`engine/backend_table.py`)."""
         from clearsight.engine.backend_table import choose_backend
-        from clearsight.engine.ort_backend import OrtModel
 
-        if isinstance(self.model, OrtModel):
+        if self.loaded.on_onnxruntime:
             return BackendChoice("onnxruntime", "onnxruntime: the model is an ONNX graph")
         if torch.device(self.options.device).type != "cpu":
             return BackendChoice(
@@ -444,9 +443,7 @@ class Restorer:
         if choice != self.last_backend:
             _log.info("backend auto: %s", choice.reason)
         self.last_backend = choice
-        from clearsight.engine.ort_backend import OrtModel
-
-        if choice.backend != "onnxruntime" or isinstance(self.model, OrtModel):
+        if choice.backend != "onnxruntime" or self.loaded.on_onnxruntime:
             return None
         if self._ort_delegate is None:
             from clearsight.export.onnx import to_onnxruntime

@@ -8,7 +8,10 @@ as it happens (`on_failure`), listed in `failures.csv` beside the outputs and re
 the caller decides what the run's outcome is (the CLI exits 3). `fail_fast` raises the first
 failure instead. Existing outputs are replaced (`existing="overwrite"`, the default) or
 kept (`"skip"`, to resume an interrupted run); temporary files that killed runs left in the
-output folders are swept first (docs/reliability.md).
+output folders are swept first (docs/reliability.md). A bad pixel limit (`max_pixels`, or
+$CLEARSIGHT_MAX_PIXELS) is refused before any work; a model output holding NaN or inf is a
+failed file, never written; a `failures.csv` that cannot be written is a `FailuresCsvError`
+carrying the run's account, so the caller can still say what was done.
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+import torch
 
 from clearsight.atomic import atomic_write_text, sweep_leftovers
-from clearsight.engine.batch import plan_outputs
+from clearsight.engine.batch import check_link, plan_outputs
 from clearsight.engine.inference import Restorer
-from clearsight.errors import ClearsightError, OptionError
-from clearsight.io import image_to_tensor, read_image, tensor_to_image, write_image
+from clearsight.errors import ClearsightError, ModelOutputError, OptionError
+from clearsight.io import (
+    image_to_tensor,
+    read_image,
+    resolve_max_pixels,
+    tensor_to_image,
+    write_image,
+)
 from clearsight.out_paths import check_output_folder
 
 Existing = Literal["overwrite", "skip"]
@@ -75,6 +86,42 @@ class RestoreRun(list[RestoredFile]):
         return f"{len(self)} done, {len(self.skipped)} skipped, {len(self.failed)} failed"
 
 
+class FailuresCsvError(ClearsightError):
+    """A folder run finished, but its `failures.csv` could not be written. `run` is the
+    run's account (a `RestoreRun`, `DetectRun` or `ScaleSummary`), set by the run that
+    raised it, so that a caller can still report what was done."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(
+            f"cannot write {path} ({detail}); each failed input was reported as it failed"
+        )
+        self.path = path
+        self.run: Any = None
+
+
+def check_max_pixels(max_pixels: int | None) -> int:
+    """The pixel limit a run will use, checked before any work: `max_pixels` (an
+    OptionError naming --max-pixels) or $CLEARSIGHT_MAX_PIXELS (an error naming it)."""
+    if max_pixels is not None and (
+        isinstance(max_pixels, bool) or not isinstance(max_pixels, int) or max_pixels <= 0
+    ):
+        raise OptionError(
+            "max_pixels", f"must be a positive whole number of pixels, got {max_pixels!r}"
+        )
+    return resolve_max_pixels(max_pixels)
+
+
+def check_finite(output: torch.Tensor) -> None:
+    """Refuse a model output holding NaN or inf: written as an image it would be silently
+    black (or white) pixels, so the file fails instead."""
+    finite = torch.isfinite(output)
+    if not bool(finite.all()):
+        bad = int(finite.numel() - finite.sum())
+        raise ModelOutputError(
+            f"model produced NaN/inf ({bad} of {finite.numel()} output values); nothing written"
+        )
+
+
 def failure_reason(exc: BaseException) -> str:
     """One line for a failed file: a `ClearsightError`'s message, else the type and message."""
     lines = str(exc).strip().splitlines()
@@ -99,10 +146,13 @@ def update_failures_csv(out_dir: Path, failed: Sequence[FailedFile]) -> Path | N
     """OUT/failures.csv for this run: written when anything failed (its path returned), else
     a previous run's list removed, since it no longer describes the folder."""
     path = out_dir / FAILURES_CSV
-    if failed:
-        return write_failures_csv(path, failed)
-    if path.is_file():
-        path.unlink()
+    try:
+        if failed:
+            return write_failures_csv(path, failed)
+        if path.is_file():
+            path.unlink()
+    except OSError as exc:
+        raise FailuresCsvError(path, (exc.strerror or type(exc).__name__).lower()) from exc
     return None
 
 
@@ -132,15 +182,18 @@ def restore_files(
     Files land as OUT/name and folder contents as OUT/relative path, written at the input's
     bit depth. A file that cannot be read, restored or written is recorded (`on_failure`,
     `RestoreRun.failed`, OUT/failures.csv) and the run goes on, unless `fail_fast` (then the
-    first failure is raised). A missing input or a clash in the plan is raised before any
-    work. Progress: `on_start(n_files)` once, `on_tile(source, done, total)` during each
-    image, `on_file(restored)` after each, `on_skip(source, output)` for a kept output.
+    first failure is raised). A missing input, a clash in the plan or a bad pixel limit is
+    raised before any work; a `failures.csv` that cannot be written raises
+    `FailuresCsvError` with the run attached. Progress: `on_start(n_files)` once,
+    `on_tile(source, done, total)` during each image, `on_file(restored)` after each,
+    `on_skip(source, output)` for a kept output.
     """
     if existing not in EXISTING_POLICIES:
         raise OptionError(
             "existing", f"must be one of {', '.join(EXISTING_POLICIES)}, got {existing!r}"
         )
     started = time.time()  # this run's start: older leftovers of dead writers are swept
+    check_max_pixels(max_pixels)
     out_dir = check_output_folder(out)
     plan = plan_outputs([Path(p) for p in inputs], out_dir)
     sweep_output_folders(out_dir, (dst for _, dst in plan), started)
@@ -169,7 +222,11 @@ def restore_files(
         run.append(restored)
         if on_file is not None:
             on_file(restored)
-    run.failures_csv = update_failures_csv(out_dir, run.failed)
+    try:
+        run.failures_csv = update_failures_csv(out_dir, run.failed)
+    except FailuresCsvError as exc:
+        exc.run = run
+        raise
     return run
 
 
@@ -180,6 +237,7 @@ def _restore_one(
     max_pixels: int | None,
     on_tile: Callable[[Path, int, int], None] | None,
 ) -> RestoredFile:
+    check_link(src)
     img = read_image(src, max_pixels=max_pixels)
 
     def tile_progress(n: int, total: int) -> None:
@@ -187,6 +245,7 @@ def _restore_one(
             on_tile(src, n, total)
 
     out_t, ms = restorer.timed_restore(image_to_tensor(img), tile_progress)
+    check_finite(out_t)
     dtype = img.dtype
     write_image(dst, tensor_to_image(out_t, dtype=dtype), bit_depth=8 * dtype.itemsize)
     used = restorer.last_stages_used if restorer.options.stages != "all" else None

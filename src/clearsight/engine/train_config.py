@@ -111,7 +111,7 @@ class LossConfig:
 
 @dataclass
 class QatConfig:
-    """Quantization-aware training (`clearsight/compress/qat.py`, docs/quantize.md)."""
+    """Quantization-aware training (`clearsight/engine/qat.py`, docs/quantize.md)."""
 
     enabled: bool = False
     backend: str = "x86"  # the torch.ao default QAT qconfig: x86 | fbgemm | qnnpack

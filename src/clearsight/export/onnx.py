@@ -22,7 +22,7 @@ call order) and the metadata's `shared_stats` entry lists them with the tiling p
 From that the ONNX Runtime backend derives, at load time, a statistics graph (those values as
 outputs) and a tile graph (an extra input `global_stats` [N, sites, C] replacing them), so
 tiles share the whole image's statistics as PyTorch's tiled paths do (see
-`engine/ort_backend.py`). Both derived graphs are parity-checked here as well: the statistics
+`runtime/ort_backend.py`). Both derived graphs are parity-checked here as well: the statistics
 against PyTorch's, the tile graph with foreign statistics against PyTorch run with the same.
 
 `to_onnxruntime` (export in memory, then load) lives here, so the exporter imports the ONNX
@@ -44,8 +44,6 @@ from torch import nn
 
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_bytes
-from clearsight.engine.ort_backend import OrtModel, load_onnx, make_session
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ClearsightError
 from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult
 from clearsight.export.common import add_metadata as _add_metadata
@@ -58,6 +56,7 @@ from clearsight.onnx_meta import (
     read_onnx_metadata,
 )
 from clearsight.preprocess import pad_to_multiple
+from clearsight.runtime.ort_backend import OrtModel, load_onnx, make_session
 
 FORMATS = ("onnx", "paddle")  # paddle: export/paddle.py
 PARITY_SIZES: tuple[tuple[int, int], ...] = ((256, 256), (321, 481))
@@ -237,9 +236,9 @@ def export_onnx_bytes(
 ) -> tuple[bytes, ParityResult]:
     """Export `loaded` to ONNX bytes and check parity; raises `ExportError` above `tolerance`.
     A detector goes through `export/onnx_detect.py` in `layout` (default "decoded")."""
-    if isinstance(loaded.model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         raise ExportError(f"{loaded.source} is already an ONNX model")
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         return export_detection_bytes(loaded, layout or "decoded", tolerance=tolerance)
     if layout is not None:
         raise ExportError(
@@ -313,13 +312,13 @@ def to_onnxruntime(loaded: LoadedModel, device: str = "cpu") -> LoadedModel:
     """The same model run by ONNX Runtime: exported in memory (with its parity check)."""
     if str(device) != "cpu":
         raise ClearsightError(f"--backend onnxruntime runs on the CPU; got --device {device}")
-    if isinstance(loaded.model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         return loaded
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         data, _ = export_onnx_bytes(loaded, parity_sizes=PARITY_SIZES_QUICK)
     out = load_onnx(data, source=f"{loaded.source} (onnxruntime)")
-    return LoadedModel(model=out.model, config=loaded.config, source=out.source)
+    return LoadedModel(out.model, loaded.config, out.source, backend=out.backend)
 
 
 def default_output(model_ref: str, fmt: str, layout: str | None = None) -> Path:

@@ -46,8 +46,6 @@ from clearsight.detection.astar import (
 )
 from clearsight.detection.coco_classes import COCO_IDS, COCO_NAMES
 from clearsight.detection.preprocess import prepare
-from clearsight.engine.ort_backend import make_session
-from clearsight.engine.ort_detect import LAYOUTS, OrtDetector
 from clearsight.export.common import OPSET, TOLERANCE, ExportError, ParityResult, add_metadata
 from clearsight.models.contract import DetectionModel
 from clearsight.onnx_meta import (
@@ -57,6 +55,8 @@ from clearsight.onnx_meta import (
     read_onnx_metadata,
 )
 from clearsight.preprocess import PreprocessSpec
+from clearsight.runtime.ort_backend import make_session
+from clearsight.runtime.ort_detect import LAYOUTS, OrtDetector
 
 SCENE_SIZES: tuple[tuple[int, int], ...] = ((480, 640), (427, 321))
 PARITY_SCORE_THRESHOLD = 0.01
@@ -240,7 +240,7 @@ def export_detection_bytes(
     """Export the detector `loaded` in `layout` and check parity (see the module docstring);
     raises `ExportError` when ONNX Runtime disagrees."""
     layout = check_layout(layout)
-    if isinstance(loaded.model, OrtDetector):
+    if loaded.on_onnxruntime:
         raise ExportError(f"{loaded.source} is already an ONNX model")
     loaded.model.eval().to("cpu")
     graph, names, raw_names = _graph(loaded, layout)

@@ -276,13 +276,11 @@ def export_paddle(
     inference folder at `out`, parity-checked against PyTorch (or ONNX Runtime)."""
     import torch
 
-    from clearsight.engine.ort_backend import OrtModel
-    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.models.contract import as_restoration_model
     from clearsight.preprocess import pad_to_multiple
 
     _need_paddle()
-    if isinstance(loaded.model, OrtModel | OrtDetector):
+    if loaded.on_onnxruntime:
         return _export_onnx_model(loaded, out, parity_sizes, tolerance)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -320,7 +318,7 @@ def _export_onnx_model(
     shape = session.get_inputs()[0].shape
     fixed = all(isinstance(d, int) for d in shape[2:4])
     sizes = [tuple(shape[2:4])] * 2 if fixed else list(parity_sizes)
-    m = int(getattr(ort_model, "pad_multiple", 1))
+    m = int(ort_model.pad_multiple) if not loaded.is_detector else 1
     inputs = []
     for i, (h, w) in enumerate(sizes):
         x = _parity_input(loaded, int(h), int(w), seed=i)
@@ -361,13 +359,12 @@ def export_contest_paddle(
     import torch
 
     from clearsight.detection.astar import CONTEST_SIZE, ContestAdapter
-    from clearsight.detection.madds import count_madds
-    from clearsight.engine.ort_detect import OrtDetector
     from clearsight.export.onnx import OPSET, _add_metadata
+    from clearsight.measure.madds import count_madds
     from clearsight.onnx_meta import EXPORT_FORMAT_VERSION, metadata_props
 
     _need_paddle()
-    if loaded.config.task != "detect" or isinstance(loaded.model, OrtDetector):
+    if not loaded.is_detector or loaded.on_onnxruntime:
         raise ClearsightError(
             f"{loaded.source}: --layout astar with --format paddle needs a clearsight detector "
             "(artifact or bundled name), not a restoration model or an ONNX file"
@@ -426,7 +423,7 @@ def load_contest_paddle(folder: str | os.PathLike[str]) -> Any:
     `detection.astar.ContestModel`: run by Paddle Inference, MAdds as recorded at export."""
     from clearsight.artifact import ModelConfig
     from clearsight.detection.astar import ContestModel
-    from clearsight.detection.madds import MAddsCount
+    from clearsight.measure.madds import MAddsCount
     from clearsight.onnx_meta import CONFIG_KEY
 
     _need_paddle()

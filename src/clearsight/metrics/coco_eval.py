@@ -18,7 +18,7 @@ import contextlib
 import copy
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -28,7 +28,15 @@ from torchvision.ops import box_iou
 
 from clearsight.errors import ClearsightError
 
-__all__ = ["Backend", "CocoEvalResult", "evaluate_coco", "image_rows"]
+__all__ = [
+    "Backend",
+    "CocoEvalResult",
+    "check_class_ids",
+    "evaluate_coco",
+    "image_rows",
+    "listed_detections",
+    "with_scorer_defaults",
+]
 
 Backend = Literal["faster-coco-eval", "pycocotools"]
 BACKENDS: tuple[str, ...] = ("faster-coco-eval", "pycocotools")
@@ -49,6 +57,9 @@ class CocoEvalResult:
     backend: str = "faster-coco-eval"
     num_images: int = 0
     num_detections: int = 0
+    # Detections of the model's classes that the ground truth does not list: not scored
+    # (pycocotools ignores them too), counted so the report can say so.
+    dropped_detections: int = 0
 
     def summary(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in SUMMARY_KEYS}
@@ -59,7 +70,7 @@ class CocoEvalResult:
         return d
 
 
-def _with_defaults(gt: dict[str, Any]) -> dict[str, Any]:
+def with_scorer_defaults(gt: dict[str, Any]) -> dict[str, Any]:
     """A copy of the ground truth with the fields the scorers require filled in."""
     gt = copy.deepcopy(gt)
     for a in gt["annotations"]:
@@ -86,6 +97,33 @@ def _check_detections(detections: Sequence[dict[str, Any]], gt: dict[str, Any]) 
             )
 
 
+def _preview(ids: Collection[int]) -> str:
+    shown = sorted(ids)
+    return ", ".join(map(str, shown[:4])) + (f", ... {shown[-1]}" if len(shown) > 4 else "")
+
+
+def check_class_ids(gt: dict[str, Any], class_ids: Collection[int], source: str) -> None:
+    """Refuse a model none of whose class ids is a category of `gt` (`source` names it):
+    its labels are not this dataset's ids at all, e.g. contiguous labels 0..N-1."""
+    listed = {c["id"] for c in gt["categories"]}
+    if class_ids and not listed & set(class_ids):
+        raise ClearsightError(
+            f"{source}: none of the model's {len(set(class_ids))} class ids "
+            f"({_preview(set(class_ids))}) is a category id there ({_preview(listed)}); "
+            "contiguous labels given instead of dataset ids?"
+        )
+
+
+def listed_detections(
+    gt: dict[str, Any], detections: Sequence[dict[str, Any]], class_ids: Collection[int]
+) -> list[dict[str, Any]]:
+    """`detections` without those of the model's classes (`class_ids`) that `gt` does not
+    list: a model may well know more classes than a dataset annotates."""
+    listed = {c["id"] for c in gt["categories"]}
+    unlisted = set(class_ids) - listed
+    return [d for d in detections if d.get("category_id") not in unlisted]
+
+
 def _coco_api(backend: str) -> tuple[Any, Any]:
     if backend == "faster-coco-eval":
         from faster_coco_eval import COCO, COCOeval_faster
@@ -109,18 +147,28 @@ def evaluate_coco(
     *,
     backend: Backend | str = "faster-coco-eval",
     max_detections: int = 100,
+    class_ids: Collection[int] | None = None,
 ) -> CocoEvalResult:
     """Score COCO-results `detections` ({image_id, category_id, bbox [x,y,w,h], score})
-    against the COCO ground-truth dict `gt`, over all of `gt`'s images."""
+    against the COCO ground-truth dict `gt`, over all of `gt`'s images.
+
+    `class_ids`, the category ids the model can predict: detections of those `gt` does not
+    list are dropped and counted (`dropped_detections`), and a model none of whose ids `gt`
+    lists is refused. Any other category id not in `gt` is an error."""
     coco_cls, eval_cls = _coco_api(backend)
-    gt = _with_defaults(gt)
+    dropped = 0
+    if class_ids is not None:
+        check_class_ids(gt, class_ids, "the ground truth")
+        kept = listed_detections(gt, detections, class_ids)
+        dropped, detections = len(detections) - len(kept), kept
+    gt = with_scorer_defaults(gt)
     _check_detections(detections, gt)
     n_images = len(gt["images"])
     if not detections:
         nan_or_zero = {k: 0.0 for k in SUMMARY_KEYS}
         per_class = {int(c["id"]): 0.0 for c in gt["categories"]}
         return CocoEvalResult(**nan_or_zero, per_class=per_class, backend=backend,
-                              num_images=n_images)  # fmt: skip
+                              num_images=n_images, dropped_detections=dropped)  # fmt: skip
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
         coco_gt = coco_cls()
@@ -141,7 +189,7 @@ def evaluate_coco(
         per_class[int(cat_id)] = float(p.mean()) if p.size else math.nan
     return CocoEvalResult(
         *stats, per_class=per_class, backend=backend, num_images=n_images,
-        num_detections=len(detections),
+        num_detections=len(detections), dropped_detections=dropped,
     )  # fmt: skip
 
 

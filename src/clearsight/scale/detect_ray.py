@@ -31,8 +31,10 @@ from clearsight.detection.detector import (
     RESULTS_FILE,
     image_ids,
 )
+from clearsight.engine.batch import check_link
 from clearsight.engine.restore_files import failure_reason
 from clearsight.errors import ClearsightError
+from clearsight.families import Family, family_of
 from clearsight.scale.inputs import WorkItem, local_copy, plan_inputs
 from clearsight.scale.ray_engine import (
     STATUS_DONE,
@@ -95,6 +97,7 @@ class DetectTask:
             start = time.perf_counter()
             try:
                 with local_copy(item.source) as path:
+                    check_link(path)
                     dets = detector.detect_file(
                         path,
                         item.output,
@@ -262,7 +265,7 @@ def detect_files_ray(
     if not 0.0 <= score_threshold <= 1.0:
         raise ClearsightError(f"--score-threshold must be in [0, 1], got {score_threshold}")
     task_name = model_task(model)  # before any worker loads it
-    if task_name != "detect":
+    if family_of(task_name) is not Family.DETECTION:
         raise ClearsightError(
             f"model {model} is a {task_name!r} model, not a detector (task 'detect')"
         )

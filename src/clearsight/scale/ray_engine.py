@@ -23,9 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from clearsight.engine.batch import check_link
 from clearsight.engine.inference import InferenceOptions
 from clearsight.engine.restore_files import (
     FailedFile,
+    FailuresCsvError,
+    check_finite,
+    check_max_pixels,
     failure_reason,
     sweep_output_folders,
     update_failures_csv,
@@ -81,8 +85,10 @@ class RestoreTask:
 
         try:
             with local_copy(item.source) as path:
+                check_link(path)
                 img = read_image(path, max_pixels=self.max_pixels)
             out_t, ms = restorer.timed_restore(image_to_tensor(img))
+            check_finite(out_t)
             dtype = img.dtype
             write_image(
                 item.output, tensor_to_image(out_t, dtype=dtype), bit_depth=8 * dtype.itemsize
@@ -330,11 +336,15 @@ def run_plan_ray(
         for i in todo
         if i.source in missing
     ]
-    failures_csv = None
+    summary = ScaleSummary(list(done), list(skipped), failed, seconds)
     if failed or todo:  # a rerun with nothing to do keeps the list it found
         listed = [FailedFile(Path(r.source), Path(r.output), r.reason) for r in failed]
-        failures_csv = update_failures_csv(out_dir, listed)
-    return ScaleSummary(list(done), list(skipped), failed, seconds, failures_csv)
+        try:
+            summary.failures_csv = update_failures_csv(out_dir, listed)
+        except FailuresCsvError as exc:
+            exc.run = summary
+            raise
+    return summary
 
 
 def restore_files_ray(
@@ -366,6 +376,7 @@ def restore_files_ray(
     if options is not None and option_values:
         raise TypeError("pass either options= or option keyword arguments, not both")
     opts = options or InferenceOptions(**option_values)
+    check_max_pixels(max_pixels)  # before Ray starts, not once per image
     task = RestoreTask(model, opts, max_pixels)
     return run_files_ray(
         task,

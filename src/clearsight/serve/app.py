@@ -5,7 +5,7 @@ fixed pool of inference threads so the event loop keeps answering (`/healthz` st
 while images are restored). At most `max_in_flight` images are in the pool at once; the
 next gets 503 with Retry-After. A request past `timeout_s` gets 504 and frees its slot; its
 thread stops at the model's next tile. Every error is JSON `{"error": ...}`, never a
-traceback.
+traceback; a client that disconnects mid-upload is one info line in the log.
 """
 
 from __future__ import annotations
@@ -28,10 +28,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect
 
 from clearsight._version import __version__
 from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
+from clearsight.families import Family
+from clearsight.io import resolve_max_pixels
 from clearsight.serve.limits import ServeLimits
 from clearsight.serve.options import (
     check_fields,
@@ -81,6 +84,7 @@ class Server:
 
     def __init__(self, models: dict[str, ServedModel], limits: ServeLimits) -> None:
         self.models, self.limits = models, limits
+        self.max_pixels = resolve_max_pixels(limits.max_pixels)  # a bad env var fails here
         self.pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="clearsight-infer")
         self.root = Path(tempfile.mkdtemp(prefix="clearsight-serve-"))  # mode 0700
         self.in_flight = 0
@@ -89,14 +93,14 @@ class Server:
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def model(self, name: str | None, kind: str) -> ServedModel:
+    def model(self, name: str | None, family: Family) -> ServedModel:
         if not name:
             raise ApiError(422, "field 'model' is missing; see GET /v1/models")
         served = self.models.get(name)
         if served is None:
             known = ", ".join(self.models)
             raise ApiError(404, f"unknown model {name!r}; this server has: {known}")
-        if (kind == "detect") != served.is_detector:
+        if (family is Family.DETECTION) != served.is_detector:
             other = "/v1/detect" if served.is_detector else "/v1/restore"
             raise ApiError(422, f"model {name!r} is a {served.task!r} model; send it to {other}")
         return served
@@ -127,14 +131,16 @@ class Server:
             raise ApiError(400, f"malformed form: {exc.message}") from None
         fields: dict[str, str] = {}
         data: bytes | None = None
-        for key, value in parsed.multi_items():
-            if isinstance(value, UploadFile):
-                if key != "image":
-                    raise OptionError(key, "unexpected file field; send the image as 'image'")
-                data = await value.read()
-                await value.close()
-            else:
-                fields[key] = value
+        try:
+            for key, value in parsed.multi_items():
+                if isinstance(value, UploadFile):
+                    if key != "image":
+                        raise OptionError(key, "unexpected file field; send the image as 'image'")
+                    data = await value.read()
+                else:
+                    fields[key] = value
+        finally:
+            await parsed.close()  # every upload, also when a field is refused
         if data is None:
             raise ApiError(422, "field 'image' is missing: attach the image file as 'image'")
         if len(data) > limit:
@@ -147,7 +153,7 @@ class Server:
             raise ApiError(
                 415, f"the uploaded file is not an image this server reads ({SUPPORTED})"
             )
-        return Job(data, fmt, self.root, self.limits.max_pixels)
+        return Job(data, fmt, self.root, self.max_pixels)
 
     async def run(self, job: Job, fn: Callable[[], T]) -> T:
         """Run `fn` on an inference thread within a slot; 503 when none is free, 504 late."""
@@ -228,6 +234,7 @@ def create_app(
             "models": [m.describe() for m in server.models.values()],
             "limits": {
                 "max_upload_bytes": server.limits.max_upload_bytes,
+                "max_pixels": server.max_pixels,
                 "max_in_flight": server.limits.max_in_flight,
                 "timeout_s": server.limits.timeout_s,
             },
@@ -252,7 +259,7 @@ def create_app(
     async def restore(request: Request) -> Response:
         data, fields = await server.read_form(request)
         check_fields(fields, "restore")
-        served = server.model(fields.get("model"), "restore")
+        served = server.model(fields.get("model"), Family.RESTORATION)
         options = restore_options(fields)
         out_format = (fields.get("format") or "png").strip().lower()
         if out_format not in ("png", "json"):
@@ -283,7 +290,7 @@ def create_app(
 
         data, fields = await server.read_form(request)
         check_fields(fields, "detect")
-        served = server.model(fields.get("model"), "detect")
+        served = server.model(fields.get("model"), Family.DETECTION)
         threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
         draw = flag_true(fields, "draw", False)
         job = server.job(data)
@@ -333,6 +340,14 @@ def _install_errors(app: FastAPI) -> None:
     @app.exception_handler(ClearsightError)
     async def clearsight_error(_: Request, exc: ClearsightError) -> JSONResponse:
         return _error_response(_clearsight_status(exc), str(exc))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, _: ClientDisconnect) -> Response:
+        # A client that closes its connection mid-upload is normal (a closed tab, a lost
+        # network): one line, no traceback. Nobody is left to read the response.
+        log.info("%s %s: the client disconnected before its request arrived",
+                 request.method, request.url.path)  # fmt: skip
+        return Response(status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -65,7 +65,7 @@ def served_name(ref: str) -> str:
 def serve_model(name: str, loaded: LoadedModel, device: str = "cpu") -> ServedModel:
     """Wrap one loaded model; detection models get their `Detector` (pre- and
     postprocessing and label map) built once here."""
-    if loaded.config.task == "detect":
+    if loaded.is_detector:
         from clearsight.detection.detector import Detector
 
         return ServedModel(name, loaded, Detector(loaded, device=device))

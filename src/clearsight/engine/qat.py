@@ -24,7 +24,7 @@ the optimizer step is skipped. Here
 Artifacts hold plain fp32 weights (`float_state_dict`: the QAT twins' `weight`/`bias`
 without the quantizer buffers), so they load anywhere with no quantization library. The
 int8 model is the QAT graph itself, exported with its trained scales as QDQ
-(`exportable`, then `compress/quantize.py`'s `qat_int8_onnx`): the trainer writes it beside
+(`exportable`, then `engine/qat_export.py`'s `qat_int8_onnx`): the trainer writes it beside
 `last/` as `last.int8.onnx`, where `--precision int8` finds it.
 """
 

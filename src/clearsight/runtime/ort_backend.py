@@ -48,11 +48,12 @@ import numpy as np
 import torch
 
 from clearsight.artifact import LoadedModel
-from clearsight.engine.ort_detect import OrtDetector
 from clearsight.errors import ArtifactError, ClearsightError
+from clearsight.families import Backend, Family, family_of
 from clearsight.models.contract import RestorationModel, TiledRestore, TilingLimits
 from clearsight.onnx_meta import STATS_INPUT, read_onnx_metadata
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
+from clearsight.runtime.ort_detect import OrtDetector
 from clearsight.tiling import tiled_apply
 
 BACKENDS = ("torch", "onnxruntime")
@@ -340,7 +341,7 @@ def _one_line(exc: BaseException) -> str:
 
 def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -> LoadedModel:
     """Load an exported `.onnx` file (or its bytes) as a `LoadedModel` run by ONNX Runtime:
-    an `OrtModel` for restoration, an `OrtDetector` (`engine/ort_detect.py`) for detection."""
+    an `OrtModel` for restoration, an `OrtDetector` (`runtime/ort_detect.py`) for detection."""
     src = source or (str(path) if not isinstance(path, bytes) else "<onnx bytes>")
     if not isinstance(path, bytes) and not Path(path).is_file():
         raise ArtifactError(f"model artifact not found: {src}")
@@ -350,13 +351,13 @@ def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -
         raise ArtifactError(f"{src}: not a readable ONNX model ({_one_line(exc)})") from None
     config, info = read_onnx_metadata(session, src)
     model: torch.nn.Module
-    if config.task == "detect":
+    if family_of(config.task) is Family.DETECTION:
         model = OrtDetector(
             session, info, src, config.architecture, config.arch_args, model_data=path
         )
     else:
         model = OrtModel(session, info, src, model_data=path)
-    return LoadedModel(model=model, config=config, source=src)
+    return LoadedModel(model=model, config=config, source=src, backend=Backend.ONNXRUNTIME)
 
 
 def check_backend(name: str) -> str:

@@ -12,7 +12,7 @@
   class-major scores [N, 81, M]); `run_contest` runs it for `clearsight astar-score`. It is
   not a `Detector` model: its input is the contest's, not the artifact's preprocessing.
 
-The session is made by `engine/ort_backend.py` (`load_onnx`), which reads the metadata.
+The session is made by `runtime/ort_backend.py` (`load_onnx`), which reads the metadata.
 """
 
 from __future__ import annotations

@@ -1,0 +1,191 @@
+"""Folders of numbered frames as videos: read at a given fps, written as numbered PNGs.
+
+A folder of images named with frame numbers (00001.jpg, frame_2.png, ...) reads as a video
+whose frame i is at i/fps seconds; its frames must share one size. Written frames are
+000001.png, 000002.png, ... into a temporary folder that replaces the target once every
+frame is written (`clearsight.atomic.atomic_dir`), so a failed run leaves no partial folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from types import TracebackType
+
+import cv2
+import numpy as np
+
+from clearsight.atomic import atomic_dir
+from clearsight.errors import ClearsightError, OptionError, VideoReadError, VideoWriteError
+from clearsight.io import list_images, read_image, to_uint8
+from clearsight.video.io import Frame, VideoInfo, _seconds
+
+FRAME_NAME = "{:06d}.png"
+_NUMBER = re.compile(r"(\d+)")
+_WRITTEN = re.compile(r"^\d+\.png$")
+
+
+def _frame_key(path: Path) -> tuple[int, str]:
+    """Sort by the last number in the name (frame_2 before frame_10), then by name."""
+    numbers = _NUMBER.findall(path.stem)
+    return (int(numbers[-1]) if numbers else -1, path.name)
+
+
+def list_frames(folder: str | Path) -> list[Path]:
+    """The images directly in `folder`, in frame-number order; a `VideoReadError` if none."""
+    p = Path(folder)
+    try:
+        files = list_images(p)
+    except ClearsightError as exc:
+        raise VideoReadError(str(exc)) from exc
+    return sorted(files, key=_frame_key)
+
+
+def check_fps(fps: float | None, what: str = "fps") -> Fraction:
+    """A frame rate > 0 as an exact fraction (29.97 -> 2997/100)."""
+    if fps is None:
+        raise OptionError(what, "a folder of frames needs a frame rate (fps), e.g. 25")
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps):
+        raise OptionError(what, f"must be a number of frames per second, got {fps!r}")
+    if fps <= 0:
+        raise OptionError(what, f"must be > 0, got {fps}")
+    return Fraction(fps).limit_denominator(100_000)
+
+
+class FrameFolderReader:
+    """A folder of numbered frames read as a video at `fps` (same interface as
+    `VideoReader`: `info`, `frames()`, `side_streams()`, `close()`)."""
+
+    def __init__(
+        self, folder: str | Path, *, fps: float | None, max_pixels: int | None = None
+    ) -> None:
+        self.path = Path(folder)
+        rate = check_fps(fps)
+        self.files = list_frames(self.path)
+        self.max_pixels = max_pixels
+        self.frames_read = 0
+        first = to_uint8(read_image(self.files[0], max_pixels=max_pixels))
+        h, w = first.shape[:2]
+        self.info = VideoInfo(
+            path=self.path,
+            width=w,
+            height=h,
+            time_base=1 / rate,
+            rate=rate,
+            frames=len(self.files),
+            duration=float(len(self.files) / rate),
+            codec="images",
+            pix_fmt="rgb24",
+        )
+
+    def side_streams(self, start: float | None = None, duration: float | None = None) -> None:
+        """A folder of frames has no audio to copy."""
+        return None
+
+    def frames(self, start: float | None = None, duration: float | None = None) -> Iterator[Frame]:
+        """Frames from `start` seconds for `duration` seconds (frame i at i/fps), shifted so
+        the first frame of the cut is at 0."""
+        rate = self.info.rate
+        assert rate is not None
+        s = _seconds(start, "start", positive=False) or Fraction(0)
+        d = _seconds(duration, "duration", positive=True)
+        first = math.ceil(s * rate)
+        stop = len(self.files) if d is None else min(len(self.files), math.ceil((s + d) * rate))
+        if first >= stop:
+            raise VideoReadError(
+                f"{self.path}: no frames from {float(s):.3f} s "
+                f"(its {len(self.files)} frames last {self.info.duration:.3f} s "
+                f"at {float(rate)} fps)"
+            )
+        for i in range(first, stop):
+            img = to_uint8(read_image(self.files[i], max_pixels=self.max_pixels))
+            if img.shape[:2] != (self.info.height, self.info.width):
+                raise VideoReadError(
+                    f"{self.files[i]}: {img.shape[1]}x{img.shape[0]} differs from the first "
+                    f"frame's {self.info.width}x{self.info.height}; a video's frames share one size"
+                )
+            self.frames_read = i - first + 1
+            yield Frame(i - first, img, i - first, self.info.time_base)
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> FrameFolderReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FrameFolderWriter:
+    """Write frames as OUT/000001.png, 000002.png, ... (8-bit RGB), atomically as a folder.
+
+    An existing OUT is replaced only when it holds nothing but numbered PNGs (an earlier
+    output); anything else there is refused rather than deleted.
+    """
+
+    def __init__(self, folder: str | Path, *, keep_partial: bool = False) -> None:
+        self.path = Path(folder)
+        self.keep_partial = keep_partial
+        self.frames_written = 0
+        self._closed = False
+        if self.path.exists():
+            if not self.path.is_dir():
+                raise VideoWriteError(f"frames folder {self.path} is a file, not a folder")
+            others = [p.name for p in self.path.iterdir() if not _WRITTEN.match(p.name)]
+            if others:
+                raise VideoWriteError(
+                    f"frames folder {self.path} already holds other files ({others[0]}, ...); "
+                    "choose an empty or new folder"
+                )
+        self._atomic = atomic_dir(self.path)
+        self._tmp = self._atomic.__enter__()
+
+    def write(self, image: np.ndarray, pts: int | None = None) -> Path:
+        """Write the next frame (HxWx3 uint8 RGB); `pts` is ignored (frames are numbered)."""
+        self.frames_written += 1
+        target = self._tmp / FRAME_NAME.format(self.frames_written)
+        # Straight into the temporary folder: the folder is renamed into place as a whole,
+        # so the per-file temporary name and fsync of `clearsight.io.write_image` buy nothing.
+        ok, buf = cv2.imencode(".png", np.ascontiguousarray(image[:, :, ::-1]))
+        if not ok:
+            raise VideoWriteError(f"{self.path}: cannot encode frame {self.frames_written}")
+        target.write_bytes(buf.tobytes())
+        return self.path / target.name
+
+    def close(self) -> None:
+        """Put the folder in place."""
+        if self._closed:
+            return
+        self._closed = True
+        self._atomic.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        """Remove the temporary folder (or keep the frames so far with `keep_partial`)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.keep_partial and self.frames_written:
+            self._atomic.__exit__(None, None, None)
+            return
+        err = exc or VideoWriteError(f"{self.path}: aborted")
+        with contextlib.suppress(BaseException):
+            self._atomic.__exit__(type(err), err, err.__traceback__)
+
+    def __enter__(self) -> FrameFolderWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)
