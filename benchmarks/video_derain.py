@@ -27,9 +27,8 @@ Time per frame: video-derain's is each window's time over the frames it keeps (t
 over windows); default-derain's is the median over its frames. The two run interleaved
 (each window, then the image frames it released), so a change in the machine's load hits
 both; on a shared CPU the seconds vary from run to run, the ratio much less. The warping
-error (Lai et al.'s temporal consistency, flow on the clean frames) column is filled by
-`warping_column` where `clearsight.metrics.warping` is installed (branch video-io); until
-that is merged it reads n/a.
+error column (Lai et al.'s temporal consistency, flow on the clean frames) comes from
+`clearsight.metrics.warping`; it reads n/a for rows whose frames are not consecutive.
 
 `--tile-memory` measures something else: one window of 4 random 1280x720 frames through
 `Windowed` untiled and in 256-pixel tiles, each in a fresh process, with its peak RSS, its
@@ -63,6 +62,7 @@ from clearsight.engine.video_window import (  # noqa: E402
     window_spans,
 )
 from clearsight.metrics.presets import get_preset  # noqa: E402
+from clearsight.metrics.warping import warping_error  # noqa: E402
 from clearsight.zoo import resolve_model  # noqa: E402
 
 NTURAIN = Path("/work/data/s2vd/testsets/synthetic_NTURain")
@@ -84,16 +84,11 @@ def read_rgb(path: Path) -> np.ndarray:
 
 
 def warping_column(restored: list[np.ndarray] | None, clean: list[np.ndarray] | None = None) -> str:
-    """Lai et al.'s warping error of consecutive restored frames, flow on the clean frames,
-    from `clearsight.metrics.warping` (branch video-io) where it is installed; n/a where it
-    is not, and for rows whose frames are not consecutive."""
+    """Lai et al.'s warping error of consecutive restored frames, flow on the clean frames;
+    n/a for rows whose frames are not consecutive."""
     if restored is None or clean is None:
         return "n/a"
-    try:
-        from clearsight.metrics import warping  # type: ignore[attr-defined]
-    except ImportError:
-        return "n/a"
-    return f"{warping.warping_error(restored, clean).mean:.5f}"
+    return f"{warping_error(restored, clean).mean:.5f}"
 
 
 class TimedWindows:

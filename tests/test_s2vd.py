@@ -318,8 +318,8 @@ def test_video_derain_is_bundled_with_its_card():
 
 
 def test_onnx_export_runs_a_window_in_onnx_runtime():
-    from clearsight.engine.ort_backend import load_onnx, make_session
     from clearsight.export.onnx import export_onnx_bytes
+    from clearsight.runtime.ort_backend import load_onnx, make_session
 
     lm = _loaded(_toy(seed=5))
     data, result = export_onnx_bytes(lm, parity_sizes=((6, 10),))

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from clearsight.artifact import LoadedModel
-from clearsight.engine.ort_backend import OrtModel
 from clearsight.errors import ClearsightError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
@@ -104,6 +103,7 @@ class Windowed:
         extra = loaded.config.preprocess.extra
         self.spec = spec or WindowSpec(int(extra["window_frames"]), int(extra["context_frames"]))
         self.net = as_restoration_model(loaded.model.eval().to(device))
+        self.on_onnxruntime = loaded.on_onnxruntime
         self.device = torch.device(device)
         self.pad = max(int(self.net.pad_multiple), int(loaded.config.preprocess.pad_multiple))
         if tile is not None and (isinstance(tile, bool) or not isinstance(tile, int) or tile < 0):
@@ -126,8 +126,8 @@ class Windowed:
         # pad as a batch of frames (reflect padding takes 4-D input)
         frames = pad_to_multiple(window[0].transpose(0, 1).to(self.device), self.pad)
         x = frames.transpose(0, 1).unsqueeze(0)
-        if isinstance(self.net, OrtModel):  # the exported graph: one window, frames as batch
-            y = self.net.run_all(x[0].transpose(0, 1))[self.net.main_output]
+        if self.on_onnxruntime:  # the exported graph: one window, its frames as the batch
+            y = self.net(x[0].transpose(0, 1))
             return y.transpose(0, 1).unsqueeze(0)[..., :h, :w].clamp_(0.0, 1.0)
         tile = self._tile_for(h, w)
         own = self.net.tiled_path()
