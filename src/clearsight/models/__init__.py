@@ -5,6 +5,7 @@ from clearsight.models import (  # noqa: F401
     identity,
     mbcnn,
     rescan,
+    s2vd,
     ssd_mobilenet_v1,
     yolox_nano,
 )
