@@ -76,14 +76,18 @@ _LAZY: dict[str, str] = {
     "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
     "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
     "FailuresCsvError": "clearsight.runtime.failures:FailuresCsvError",
+    "EvalResult": "clearsight.engine.evaluate:EvalResult",
+    "Comparison": "clearsight.engine.compare:Comparison",
     "progress_bar": "clearsight.progress:progress_bar",
     "OVERFIT_MARGIN": "clearsight.engine.restore_train:OVERFIT_MARGIN",
     "OVERFIT_AP": "clearsight.engine.detect_train:OVERFIT_AP",
 }
 
 if TYPE_CHECKING:
+    from clearsight.engine.compare import Comparison
     from clearsight.engine.detect_train import OVERFIT_AP
     from clearsight.engine.detector import Detector
+    from clearsight.engine.evaluate import EvalResult
     from clearsight.engine.inference import InferenceOptions, Restorer
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
     from clearsight.engine.restore_train import OVERFIT_MARGIN
@@ -99,7 +103,9 @@ __all__ = [
     "ENGINES",
     "OVERFIT_AP",
     "OVERFIT_MARGIN",
+    "Comparison",
     "Detector",
+    "EvalResult",
     "Export",
     "FailuresCsvError",
     "Family",
