@@ -62,12 +62,13 @@ def restore_images(
     batch_size: int = 8,
     bundled: str | None = None,
     **options: Any,
-) -> None:
+) -> Any:
     """The body of restore, derain and demoire: `clearsight.api.restore_files` on either
     engine under a progress bar, printing each file, failure and skip as it happens and the
-    run's summary; exit 3 when some inputs failed. `bundled`: `model` must be a bundled
-    model (this architecture's, named in the error). `options` are `InferenceOptions`
-    fields; a `scales` text is parsed here."""
+    run's summary. Exits 3 when some inputs failed, else returns the run's account (a
+    `RestoreRun`, or Ray's `ScaleSummary`). `bundled`: `model` must be a bundled model (this
+    architecture's, named in the error). `options` are `InferenceOptions` fields; a
+    `scales` text is parsed here."""
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
@@ -151,6 +152,7 @@ def restore_images(
         finish_ray(account, ray_line)
     else:
         finish(account, verb, out)  # type: ignore[arg-type]
+    return account
 
 
 def _stages_note(restored: RestoredFile) -> str:
