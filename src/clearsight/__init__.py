@@ -23,10 +23,19 @@ _EXPORTS: dict[str, str] = {
     "compare": "clearsight.api",
     "train": "clearsight.api",
     "export_onnx": "clearsight.api",
+    "export_paddle": "clearsight.api",
+    "export": "clearsight.api",
+    "import_paddle": "clearsight.api",
+    "prune": "clearsight.api",
+    "quantize": "clearsight.api",
+    "detect_files": "clearsight.api",
+    "evaluate_detection": "clearsight.api",
+    "model_family": "clearsight.api",
     "Restorer": "clearsight.engine.inference",
     "InferenceOptions": "clearsight.engine.inference",
-    "restore_files": "clearsight.engine.restore_files",
+    "restore_files": "clearsight.api",
     "RestoredFile": "clearsight.engine.restore_files",
+    "Detector": "clearsight.engine.detector",
     "restore_files_ray": "clearsight.scale.ray_engine",
     "detect_files_ray": "clearsight.scale.detect_ray",
     "load_artifact": "clearsight.artifact",
@@ -45,10 +54,19 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
     "compare",
     "train",
     "export_onnx",
+    "export_paddle",
+    "export",
+    "import_paddle",
+    "prune",
+    "quantize",
+    "detect_files",
+    "evaluate_detection",
+    "model_family",
     "Restorer",
     "InferenceOptions",
     "restore_files",
     "RestoredFile",
+    "Detector",
     "restore_files_ray",
     "detect_files_ray",
     "load_artifact",
@@ -60,10 +78,27 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
 ]
 
 if TYPE_CHECKING:
-    from clearsight.api import compare, evaluate, export_onnx, list_models, load_model, train
+    from clearsight.api import (
+        compare,
+        detect_files,
+        evaluate,
+        evaluate_detection,
+        export,
+        export_onnx,
+        export_paddle,
+        import_paddle,
+        list_models,
+        load_model,
+        model_family,
+        prune,
+        quantize,
+        restore_files,
+        train,
+    )
     from clearsight.artifact import load_artifact, save_artifact
+    from clearsight.engine.detector import Detector
     from clearsight.engine.inference import InferenceOptions, Restorer
-    from clearsight.engine.restore_files import RestoredFile, restore_files
+    from clearsight.engine.restore_files import RestoredFile
     from clearsight.errors import ClearsightError, OptionError
     from clearsight.io import read_image, write_image
     from clearsight.scale.detect_ray import detect_files_ray

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from clearsight.api import DEFAULT_STAGE_THRESHOLD
 from clearsight.cli._app import app, console, err_console, main
-from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 
 COMMAND_MODULES = (
     "models",

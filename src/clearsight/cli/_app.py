@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.text import Text
 
-from clearsight._version import __version__
+from clearsight import __version__
 from clearsight.errors import ClearsightError, OptionError
 
 app = typer.Typer(
@@ -221,7 +221,7 @@ def _main(
 
 def progress() -> Progress:
     """The progress bar on stderr, drawn only on a terminal."""
-    from clearsight.progress import progress_bar
+    from clearsight.api import progress_bar
 
     return progress_bar(err_console, disable=not err_console.is_terminal)
 

@@ -1,4 +1,4 @@
-"""`clearsight astar-score`: `clearsight.detection.astar.astar_score`, printed."""
+"""`clearsight astar-score`: `clearsight.api.astar_score`, printed."""
 
 from __future__ import annotations
 
@@ -41,9 +41,7 @@ def astar_score_cmd(
 ) -> None:
     """Score a detector as the Astar 2019 contest did: mAP, MAdds, penalty and score (each
     contest quirk is on unless turned off, and the result says which were)."""
-    from clearsight.atomic import atomic_write_text
-    from clearsight.detection.astar import astar_score
-    from clearsight.export.paddle import is_paddle_folder, load_contest_paddle
+    from clearsight.api import astar_score
 
     if limit is not None and limit < 1:
         raise typer.BadParameter(f"must be >= 1, got {limit}", param_hint="--limit")
@@ -52,10 +50,7 @@ def astar_score_cmd(
         quirks["nms_plus_one"] = False
     if keep_last_single:
         quirks["drop_last_single"] = False
-    target: object = model
-    if is_paddle_folder(model):
-        target = load_contest_paddle(model)
-    result = astar_score(target, data, limit=limit, device=device, **quirks)
+    result = astar_score(model, data, limit=limit, device=device, json_out=json_out, **quirks)
     console.print(
         f"mAP {result.map:.4f}  MAdds {result.madds:.1f} M  penalty {result.penalty:.2f}  "
         f"score {result.score:.2f}  ({result.images} images)",
@@ -66,5 +61,4 @@ def astar_score_cmd(
     if result.adapter:
         err_console.print(f"adapter: {result.adapter}", highlight=False)
     if json_out is not None:
-        atomic_write_text(json_out, result.to_json() + "\n")
         console.print(f"wrote {json_out}")

@@ -9,7 +9,6 @@ from rich.table import Table
 from rich.text import Text
 
 from clearsight.cli._app import app, console, friendly, say
-from clearsight.errors import ClearsightError
 
 
 @app.command("audit")
@@ -20,11 +19,8 @@ def audit_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed for weights and the batch.")] = 0,
 ) -> None:
     """Check MODEL for the field's known bugs: gradients, purity, structure, spec, two steps."""
+    from clearsight.api import audit
 
-    from clearsight.model_audit import audit
-
-    if size < 8:
-        raise ClearsightError(f"--size must be >= 8, got {size}")
     report = audit(model, size=size, seed=seed)
     table = Table(title=f"audit {model}")
     table.add_column("check", style="bold")

@@ -11,12 +11,10 @@ from rich.text import Text
 
 from clearsight.cli._app import app, console, friendly, progress
 from clearsight.cli._options import DeviceOpt, MaxPixOpt, ReportKOpt, ReportOpt, TileOpt
-from clearsight.cli.evaluate import thumbs_for
-from clearsight.cli.restore import check_max_pixels, make_restorer
 from clearsight.errors import ClearsightError
 
 if TYPE_CHECKING:
-    from clearsight.engine.compare import Comparison
+    from clearsight.api import Comparison
 
 
 @app.command("compare")
@@ -43,17 +41,17 @@ def compare_cmd(
 ) -> None:
     """Compare model B with model A per image on paired data under one preset."""
 
-    from clearsight.api import compare
+    from clearsight import api
 
     if len(models) != 2:
         raise ClearsightError(f"give exactly two --model options (A then B), got {len(models)}")
-    check_max_pixels(max_pixels)
-    ra = make_restorer(models[0], tile=tile, device=device)
-    rb = make_restorer(models[1], tile=tile, device=device)
-    thumbs_a, thumbs_b = thumbs_for(report, report_k), thumbs_for(report, report_k)
+    api.check_max_pixels(max_pixels)
+    ra, rb = (api.Restorer.from_pretrained(m, tile=tile, device=device) for m in models)
+    thumbs_a = api.thumbnail_collector(report, report_k)
+    thumbs_b = api.thumbnail_collector(report, report_k)
     with progress() as bar:
         task = bar.add_task(f"compare {data.name}", total=None)
-        cmp = compare(
+        cmp = api.compare(
             ra,
             rb,
             data,
@@ -78,18 +76,9 @@ def compare_cmd(
         + (f"{mean:+.3f} dB" if mean is not None else "n/a"),
         highlight=False,
     )
-    if report is not None:
-        from clearsight.report.html import model_card, render_compare_report, write_report
-
-        page = render_compare_report(
-            cmp,
-            thumbs_a.thumbs,
-            thumbs_b.thumbs,
-            card_a=model_card(ra.loaded),
-            card_b=model_card(rb.loaded),
-            k=report_k,
-        )
-        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+    if report is not None and thumbs_a is not None and thumbs_b is not None:
+        path = api.write_compare_report(report, cmp, thumbs_a, thumbs_b, ra, rb, k=report_k)
+        console.print(f"wrote report {path}", highlight=False)
 
 
 def _deltas_table(cmp: Comparison, models: list[str], data: Path, top: int) -> Table:

@@ -73,8 +73,7 @@ def prune_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tracing input.")] = 0,
 ) -> None:
     """Remove whole channels from MODEL until its recounted MACs reach the target."""
-    from clearsight.api import prune
-    from clearsight.compress.prune import default_report_path
+    from clearsight.api import prune, prune_report_path
 
     with console.status("pruning") as status:
 
@@ -103,7 +102,7 @@ def prune_cmd(
         "file size", _size(b.file_bytes), _size(a.file_bytes), _ratio(a.file_bytes, b.file_bytes)
     )
     console.print(table)
-    console.print(f"wrote {path} and {json_out or default_report_path(out)}", highlight=False)
+    console.print(f"wrote {path} and {json_out or prune_report_path(out)}", highlight=False)
 
 
 @compress_app.command("input-size")
@@ -121,7 +120,7 @@ def input_size_cmd(
     ] = "keep",
 ) -> None:
     """Rebuild detector MODEL for SIZE x SIZE inputs with the same weights."""
-    from clearsight.compress.input_size import change_input_size
+    from clearsight.api import change_input_size
 
     r = change_input_size(model, out, size, resize)
     table = Table(title=f"input-size {model}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -97,105 +95,64 @@ def quantize_cmd(
     """Int8 post-training quantization with ONNX Runtime; prints fp32 vs int8 (size, PSNR,
     PSNR against fp32, latency; detectors: output differences, detection agreement, AP or
     the contest score, latency)."""
-    from clearsight.atomic import atomic_write_text
-    from clearsight.compress.quant_report import quant_report
-    from clearsight.compress.quantize import QuantizeOptions, quantize_model, save_quantized
+    from clearsight.api import quantize
     from clearsight.errors import ClearsightError
-    from clearsight.out_paths import check_output_file
-    from clearsight.runtime.ort_backend import load_onnx
-    from clearsight.zoo import default_int8_output, resolve_model
 
     try:
         size_list = [int(s) for s in sizes.split(",") if s.strip()]
     except ValueError:
         raise ClearsightError(f"--sizes: expected integers like 512,1024, got {sizes!r}") from None
-    opts = QuantizeOptions(
-        method=method,
-        calibration=calibration_method,
-        exclude=tuple(exclude or ()),
-        keep_output_fp32=output_fp32,
-        max_images=calibration_images,
-        crop=calibration_crop,
-        layout=layout,
-    )
-    target = check_output_file(out or default_int8_output(model, layout))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        loaded = resolve_model(model)
-        err_console.print(f"quantizing {model} ({method})...", highlight=False)
-        result = quantize_model(loaded, calibration, opts)
-    save_quantized(result, target)
-    console.print(
-        f"wrote {target} ({len(result.data) / 2**20:.2f} MB; fp32 "
-        f"{len(result.fp32_data) / 2**20:.2f} MB); {len(result.excluded)} node(s) kept in fp32",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if no_report or (data or calibration) is None:
-        return
-    if loaded.config.task == "detect":
-        _detector_report(model, result, target, calibration, data, max_images, runs, report)
-        return
-    score_on = data or calibration
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fp32 = load_onnx(result.fp32_data, source=f"{model} (fp32 onnx)")
-        int8 = load_onnx(target)
-        rep = quant_report(
-            fp32,
-            int8,
-            score_on,
-            fp32_mb=len(result.fp32_data) / 2**20,
-            int8_mb=len(result.data) / 2**20,
-            sizes=size_list,
-            runs=runs,
-            max_images=max_images,
+
+    def saved(target: Path, result: Any) -> None:
+        console.print(
+            f"wrote {target} ({len(result.data) / 2**20:.2f} MB; fp32 "
+            f"{len(result.fp32_data) / 2**20:.2f} MB); {len(result.excluded)} node(s) kept "
+            "in fp32",
+            highlight=False,
+            soft_wrap=True,
         )
-    _print_table(rep, f"{model}: fp32 vs int8 on {score_on} ({rep.n_images} images, {rep.preset})")
-    err_console.print(
-        f"ONNX Runtime, {rep.threads} thread(s); load average "
-        + " ".join(f"{v:.2f}" for v in rep.load_average),
-        highlight=False,
+
+    done = quantize(
+        model,
+        out,
+        calibration=calibration,
+        method=method,
+        layout=layout,
+        calibration_method=calibration_method,
+        calibration_images=calibration_images,
+        calibration_crop=calibration_crop,
+        exclude=exclude or (),
+        keep_output_fp32=output_fp32,
+        data=data,
+        max_images=max_images,
+        sizes=size_list,
+        runs=runs,
+        table=not no_report,
+        report_json=report,
+        on_quantize=lambda: err_console.print(f"quantizing {model} ({method})...", highlight=False),
+        on_saved=saved,
     )
+    if done.note is not None:
+        err_console.print(done.note)
+    rep = done.report
+    if rep is None:
+        return
+    if done.detector:
+        _detector_table(model, rep)
+    else:
+        title = f"{model}: fp32 vs int8 on {done.scored_on} ({rep.n_images} images, {rep.preset})"
+        _print_table(rep, title)
+        err_console.print(
+            f"ONNX Runtime, {rep.threads} thread(s); load average "
+            + " ".join(f"{v:.2f}" for v in rep.load_average),
+            highlight=False,
+        )
     if report is not None:
-        atomic_write_text(report, json.dumps(rep.to_dict(), indent=2))
         console.print(f"report: {report}", highlight=False)
 
 
-def _detector_report(
-    model: str,
-    result: object,
-    target: Path,
-    calibration: Path | None,
-    data: Path | None,
-    max_images: int | None,
-    runs: int,
-    report: Path | None,
-) -> None:
-    """fp32 vs int8 for a detector (`compress/quant_report_detect.py`)."""
-    from clearsight.atomic import atomic_write_text
-    from clearsight.compress.quant_report_detect import detect_quant_report
-    from clearsight.compress.quantize import QuantizeResult
-    from clearsight.runtime.ort_backend import load_onnx
-
-    assert isinstance(result, QuantizeResult)
-    if calibration is None:
-        err_console.print("no table: a detector's is made on --calibration images")
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fp32 = load_onnx(result.fp32_data, source=f"{model} (fp32 onnx)")
-        int8 = load_onnx(target)
-        rep = detect_quant_report(
-            fp32,
-            int8,
-            calibration,
-            fp32_mb=len(result.fp32_data) / 2**20,
-            int8_mb=len(result.data) / 2**20,
-            runs=max(runs, 5),
-            max_images=max_images,
-            data=data,
-        )
+def _detector_table(model: str, rep: Any) -> None:
+    """fp32 vs int8 for a detector (`compress/quant_report_detect.py`'s report)."""
     where = f"; {rep.metric} on {rep.data}" if rep.data else ""
     _print_table(
         rep, f"{model} ({rep.layout}): fp32 vs int8, {rep.n_images} calibration images{where}"
@@ -209,9 +166,6 @@ def _detector_report(
         "load average " + " ".join(f"{v:.2f}" for v in rep.load_average),
         highlight=False,
     )
-    if report is not None:
-        atomic_write_text(report, json.dumps(rep.to_dict(), indent=2))
-        console.print(f"report: {report}", highlight=False)
 
 
 def _print_table(rep: Any, title: str) -> None:

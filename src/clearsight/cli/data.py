@@ -10,8 +10,6 @@ from rich.table import Table
 
 from clearsight.cli._app import app, console, friendly, progress, say
 from clearsight.cli._options import MaxPixOpt
-from clearsight.cli.restore import check_max_pixels
-from clearsight.errors import ClearsightError
 
 synth_app = typer.Typer(
     help="Synthesise paired training data (degraded/clean).", no_args_is_help=True
@@ -35,17 +33,16 @@ def synth_moire_cmd(
     max_pixels: MaxPixOpt = None,
 ) -> None:
     """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
-    check_max_pixels(max_pixels)
-    from clearsight.data.synth_moire import MoireConfig, synth_moire_folder
+    from clearsight.api import synth_moire
 
     with progress() as bar:
         task = bar.add_task("synth moire", total=None)
-        report = synth_moire_folder(
+        report = synth_moire(
             clean,
             out,
             per_image=per_image,
             seed=seed,
-            cfg=MoireConfig(match_tone=match_tone),
+            match_tone=match_tone,
             max_pixels=max_pixels,
             on_pair=lambda p: bar.advance(task),
         )
@@ -70,12 +67,11 @@ def synth_rain_cmd(
     max_pixels: MaxPixOpt = None,
 ) -> None:
     """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
-    check_max_pixels(max_pixels)
-    from clearsight.data.synth_rain import synth_rain_folder
+    from clearsight.api import synth_rain
 
     with progress() as bar:
         task = bar.add_task(f"synth rain ({preset})", total=None)
-        report = synth_rain_folder(
+        report = synth_rain(
             clean,
             out,
             preset=preset,
@@ -123,25 +119,18 @@ def check_data_cmd(
     ] = False,
 ) -> None:
     """Check paired training data (names, sizes, readable files); exit 1 on any problem."""
+    from clearsight.api import check_data
 
-    from clearsight.data.paired import validate_pairs, validate_side_by_side
-
-    if side_by_side:
-        if input_dir or target_dir or name_map:
-            raise ClearsightError(
-                "--side-by-side takes a folder of files; it has no --input-dir, "
-                "--target-dir or --name-map"
-            )
-        report = validate_side_by_side(data, order=order, decode=not quick)  # type: ignore[arg-type]
-    else:
-        report = validate_pairs(
-            data,
-            input_dir=input_dir,
-            target_dir=target_dir,
-            name_map=name_map,
-            decode=not quick,
-            psnr_floor=psnr_floor,
-        )
+    report = check_data(
+        data,
+        input_dir=input_dir,
+        target_dir=target_dir,
+        name_map=name_map,
+        side_by_side=side_by_side,
+        order=order,
+        quick=quick,
+        psnr_floor=psnr_floor,
+    )
     table = Table(title=f"check-data {data}")
     table.add_column("item", style="bold")
     table.add_column("value")

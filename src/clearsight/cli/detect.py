@@ -1,12 +1,13 @@
-"""`clearsight detect`: `Detector.detect_files` (or `detect_files_ray`) with a progress bar."""
+"""`clearsight detect`: `clearsight.api.detect_files` (either engine) with a progress bar."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from clearsight.api import DEFAULT_DETECT
 from clearsight.cli._app import EXIT_SOME_FAILED, app, friendly, progress, say, say_failed
 from clearsight.cli._options import (
     AddressOpt,
@@ -19,10 +20,7 @@ from clearsight.cli._options import (
     SkipExistingOpt,
     WorkersOpt,
 )
-from clearsight.cli.restore import check_max_pixels, finish_ray, run_on_ray, use_ray
-from clearsight.errors import OptionError
-
-DEFAULT_DETECT = "default-detect"
+from clearsight.cli._runs import existing_policy, finish_ray
 
 
 @app.command("detect")
@@ -53,70 +51,54 @@ def detect_cmd(
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map)."""
-    check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, before any work
-    if use_ray(engine):
-        if backend != "torch" or precision != "fp32":
-            raise OptionError(
-                "backend", "detect runs --backend onnxruntime and int8 with --engine local"
-            )
-        _detect_on_ray(
-            inputs,
-            out,
-            model,
-            score_threshold=score_threshold,
-            device=device,
-            overwrite=skip_existing is False,
-            address=address,
-            workers=workers,
-            batch_size=batch_size,
-        )
-        return
-    if skip_existing:
-        raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
-    from clearsight.engine.detector import Detector
-    from clearsight.runtime.failures import FailedFile, FailuresCsvError
+    from clearsight import api
 
-    detector = Detector.from_pretrained(model, device=device, backend=backend, precision=precision)
-    with progress() as bar:
-        task = bar.add_task("detecting", total=None)
+    on_ray = engine == "ray"  # the API checks the name
+    try:
+        with progress() as bar:
+            task = bar.add_task("detecting", total=None)
 
-        def on_image(src: Path, dets: object) -> None:
-            bar.advance(task)
-            say(f"{src}: {len(dets)} object(s)", err=True)  # type: ignore[arg-type]
+            def on_image(src: Path, dets: Any) -> None:
+                bar.advance(task)
+                say(f"{src}: {len(dets)} object(s)", err=True)
 
-        def on_failure(f: FailedFile) -> None:
-            bar.advance(task)
-            say_failed(f.source, f.reason)
+            def on_failure(f: Any) -> None:
+                bar.advance(task)
+                say_failed(f.source, f.reason)
 
-        try:
-            run = detector.detect_files(
-                [Path(p) for p in inputs],
+            def on_result(r: Any) -> None:  # Ray: one image back from a worker
+                bar.advance(task)
+                if r.status != "done":
+                    say_failed(r.source, r.reason)
+
+            run = api.detect_files(
+                model,
+                inputs,
                 out,
+                engine=engine,
                 score_threshold=score_threshold,
-                on_image=on_image,
+                device=device,
+                backend=backend,
+                precision=precision,
+                existing=existing_policy(skip_existing),
                 fail_fast=fail_fast,
+                workers=workers,
+                batch_size=batch_size,
+                address=address,
+                on_image=on_image,
                 on_failure=on_failure,
+                on_start=lambda todo, _skipped: bar.update(task, total=todo),
+                on_result=on_result,
             )
-        except FailuresCsvError as exc:
-            if exc.run is not None:
-                bar.stop()
-                say(exc.run.summary())
-            raise
+    except api.FailuresCsvError as exc:  # the run's account still gets printed
+        if exc.run is not None:
+            say(exc.run.line() if on_ray else exc.run.summary())
+        raise
+    if on_ray:
+        finish_ray(run, lambda s: f"{s.line()}; {s.detections} detection(s) in {s.results_path}")
+        return
     say(f"detected in {len(run.items)} image(s); results in {run.results_path}")
     say(run.summary())
     if run.failed:
         say(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)
-
-
-def _detect_on_ray(inputs: list[str], out: Path, model: str, **kw: object) -> None:
-    """`detect_files_ray` with a bar; prints the summary, exits 3 when an image failed.
-    Ray runs resume (skip images drawn and recorded) unless --overwrite is given."""
-    from clearsight.scale.detect_ray import detect_files_ray
-
-    summary = run_on_ray(
-        "detecting",
-        lambda **callbacks: detect_files_ray(inputs, out, model, **kw, **callbacks),  # type: ignore[arg-type]
-        lambda s: s.line(),
-    )
-    finish_ray(summary, lambda s: f"{s.line()}; {s.detections} detection(s) in {s.results_path}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
+from clearsight.api import DEFAULT_STAGE_THRESHOLD
 from clearsight.cli._app import app, console, friendly, progress
 from clearsight.cli._options import (
     BackendOpt,
@@ -23,14 +24,10 @@ from clearsight.cli._options import (
     TileOpt,
     TtaOpt,
 )
-from clearsight.cli.restore import check_max_pixels, make_restorer
-from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.errors import ClearsightError
-from clearsight.out_paths import check_output_file, check_output_folder
 
 if TYPE_CHECKING:
-    from clearsight.engine.evaluate import EvalResult
-    from clearsight.engine.inference import InferenceOptions
+    from clearsight.api import EvalResult, InferenceOptions
 
 
 def _eval_detection(
@@ -38,7 +35,7 @@ def _eval_detection(
 ) -> None:
     """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON, and
     an HTML report with the worst images' boxes drawn (`report/detection.py`)."""
-    from clearsight.api import evaluate_detection
+    from clearsight.api import check_output_file, check_output_folder, evaluate_detection
 
     if out is not None:
         check_output_folder(out, "--out")
@@ -69,29 +66,14 @@ def _eval_detection(
         csv_path, json_path = result.write(out)
         console.print(f"wrote {csv_path} and {json_path}")
     if report is not None:
-        from clearsight.api import load_model
-        from clearsight.data.coco import find_coco_set, load_coco
-        from clearsight.report.detection import render_detection_report
-        from clearsight.report.html import model_card, write_report
+        from clearsight.api import write_detection_report
 
-        dataset = load_coco(*find_coco_set(data))
-        page = render_detection_report(result, dataset, card=model_card(load_model(model)), k=k)
-        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+        path = write_detection_report(report, result, model, data, k=k)
+        console.print(f"wrote report {path}", highlight=False)
 
 
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}"
-
-
-def thumbs_for(report: Path | None, k: int) -> Any:
-    """A thumbnail collector when an HTML report was asked for, else None."""
-    if k < 1:
-        raise ClearsightError(f"--report-k must be >= 1, got {k}")
-    if report is None:
-        return None
-    from clearsight.report.thumbs import ThumbnailCollector
-
-    return ThumbnailCollector()
 
 
 @app.command("eval")
@@ -130,38 +112,39 @@ def eval_cmd(
 ) -> None:
     """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
     folder); per-image CSV and summary JSON."""
-    from clearsight.api import evaluate, model_task
+    from clearsight import api
 
-    check_max_pixels(max_pixels)
-    if model_task(model) == "detect":
+    api.check_max_pixels(max_pixels)
+    if api.model_family(model) is api.Family.DETECTION:
         _eval_detection(model, data, out, device, report, report_k)
         return
 
     if out is not None:
-        check_output_folder(out, "--out")
+        api.check_output_folder(out, "--out")
     if report is not None:
-        check_output_file(report, "--report")
+        api.check_output_file(report, "--report")
     outputs = [out / "per_image.csv", out / "summary.json"] if out is not None else []
     outputs += [report] if report is not None else []
     if skip_existing and outputs and all(p.is_file() for p in outputs):
         console.print("outputs exist, skipped (--skip-existing)", highlight=False)
         return
-    restorer = make_restorer(
+    restorer = api.Restorer.from_pretrained(
         model,
         tile=tile,
-        tta=tta,
+        ensemble=tta,
+        scales=api.parse_scales(scales),
         device=device,
-        scales=scales,
         backend=backend,
         stages=stages,
         stage_threshold=stage_threshold,
+        precision="fp32",
     )
     if save_images and out is None:
         raise ClearsightError("--save-images needs --out")
-    thumbs = thumbs_for(report, report_k)
+    thumbs = api.thumbnail_collector(report, report_k)
     with progress() as bar:
         task = bar.add_task(f"eval {data.name}", total=None)
-        result = evaluate(
+        result = api.evaluate(
             restorer,
             data,
             preset=preset,
@@ -181,12 +164,8 @@ def eval_cmd(
         csv_path, json_path = result.write(out)
         console.print(f"wrote {csv_path} and {json_path}")
     if report is not None and thumbs is not None:
-        from clearsight.report.html import model_card, render_eval_report, write_report
-
-        page = render_eval_report(
-            result, thumbs.thumbs, card=model_card(restorer.loaded), k=report_k
-        )
-        console.print(f"wrote report {write_report(report, page)}", highlight=False)
+        path = api.write_eval_report(report, result, thumbs, restorer, k=report_k)
+        console.print(f"wrote report {path}", highlight=False)
 
 
 def _metrics_table(result: EvalResult, options: InferenceOptions, model: str, data: Path) -> Table:

@@ -43,25 +43,14 @@ def export_cmd(
 ) -> None:
     """Export MODEL (ONNX: opset 17, dynamic H and W, config in the metadata; paddle: a
     Paddle inference folder), parity-checked."""
-    from clearsight.api import export_onnx
-    from clearsight.export.onnx import check_format, default_output
-    from clearsight.export.onnx_detect import check_layout
+    from clearsight.api import export
 
-    fmt = check_format(fmt)
-    layout = None if layout is None else check_layout(layout)
-    if fmt == "paddle" and layout == "decoded":
-        raise ClearsightError(
-            "--format paddle takes --layout astar only (the contest model); for the decoded "
-            "layout export ONNX, then convert the .onnx file with --format paddle"
-        )
-    target = out or default_output(model, fmt, layout)
-    if skip_existing and target.exists():
-        console.print(f"{target} exists, skipped (--skip-existing)", highlight=False)
+    done = export(model, out, fmt=fmt, layout=layout, skip_existing=skip_existing)
+    if done.skipped:
+        console.print(f"{done.path} exists, skipped (--skip-existing)", highlight=False)
         return
-    if fmt == "paddle":
-        from clearsight.api import export_paddle
-
-        result = export_paddle(model, target, layout=layout)
+    if done.paddle is not None:
+        result = done.paddle
         console.print(
             "parity (Paddle Inference vs the reference at "
             + ", ".join(f"{h}x{w}" for h, w in result.sizes)
@@ -73,7 +62,8 @@ def export_cmd(
             console.print(f"ONNX rewrite before x2paddle: {r}", highlight=False, soft_wrap=True)
         console.print(f"wrote {result.path}/", highlight=False)
         return
-    path, parity = export_onnx(model, target, fmt, layout=layout)
+    path, parity = done.path, done.onnx
+    assert parity is not None
     sizes = ", ".join(f"{h}x{w}" for h, w in parity.sizes)
     what = "largest difference / output range" if parity.outputs else "max abs difference"
     console.print(
@@ -137,9 +127,7 @@ def profile_cmd(
 ) -> None:
     """Parameters, MACs per pixel, latency and peak memory of MODEL for each backend; with
     several models (or --data), one before/after table with ratios to the first."""
-    from clearsight.errors import ClearsightError
-    from clearsight.profile import parse_sizes, profile_model
-    from clearsight.zoo import resolve_model
+    from clearsight.api import profile
 
     if runs < 1:
         raise ClearsightError(f"--runs must be >= 1, got {runs}")
@@ -157,14 +145,8 @@ def profile_cmd(
     backends = [b.strip() for b in backend.split(",") if b.strip()] if backend else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loaded = resolve_model(model)
-        rep = profile_model(
-            loaded,
-            sizes=parse_sizes(sizes or "256,512"),
-            backends=backends,
-            runs=runs,
-            tile=tile,
-            memory=memory,
+        rep = profile(
+            model, sizes=sizes or "256,512", backends=backends, runs=runs, tile=tile, memory=memory
         )
     if as_json:
         console.print_json(json.dumps(rep.to_dict()))
@@ -198,24 +180,19 @@ def _profile_table(
     as_json: bool,
 ) -> None:
     """`profile A B ...`: the before/after table (`profile_table.profile_models`)."""
-    from clearsight.atomic import atomic_write_text
-    from clearsight.out_paths import check_output_file
-    from clearsight.profile_table import profile_models
+    from clearsight.api import profile_table
 
-    if report is not None:
-        report = check_output_file(report, "--report")
-    rep = profile_models(
+    rep = profile_table(
         models,
         data=data,
         size=size,
         runs=runs,
         memory=memory,
         max_images=max_images,
+        report=report,
         on_step=lambda text: err_console.print(text, highlight=False),
     )
     text = json.dumps(rep.to_dict(), indent=2)
-    if report is not None:
-        atomic_write_text(report, text + "\n")
     if as_json:
         console.print_json(text)
         return
@@ -264,9 +241,7 @@ def benchmark_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """PyTorch eager vs tuned vs ONNX Runtime: size, params, MACs, PSNR, latency."""
-    from clearsight.backend_bench import benchmark_model
-    from clearsight.errors import ClearsightError
-    from clearsight.zoo import resolve_model
+    from clearsight.api import benchmark
 
     try:
         size_list = [int(s) for s in sizes.split(",")]
@@ -274,9 +249,8 @@ def benchmark_cmd(
         raise ClearsightError(f"--sizes: expected integers like 512,1024, got {sizes!r}") from None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        loaded = resolve_model(model)
-        report = benchmark_model(
-            loaded,
+        report = benchmark(
+            model,
             data,
             sizes=size_list,
             runs=runs,

@@ -39,7 +39,6 @@ def train_cmd(
     import os
 
     from clearsight.api import train
-    from clearsight.engine.restore_train import OVERFIT_MARGIN
 
     result = train(
         config,
@@ -55,7 +54,7 @@ def train_cmd(
         first, last = result.first_loss, result.last_loss
         console.print(f"overfit one batch: first loss {first:.6g}, last loss {last:.6g}")
         if result.overfit_ap is not None:
-            from clearsight.engine.detect_train import OVERFIT_AP
+            from clearsight.api import OVERFIT_AP
 
             console.print(f"COCO AP on that batch: {result.overfit_ap:.4f}", highlight=False)
             if not result.overfit_ok:
@@ -66,6 +65,8 @@ def train_cmd(
             say(("ok:", "green"), " near-perfect AP on its batch")
             return
         if not result.overfit_ok:
+            from clearsight.api import OVERFIT_MARGIN
+
             raise ClearsightError(
                 f"the loss did not fall below {OVERFIT_MARGIN:g} x its first value in "
                 f"{result.steps} steps on one batch: check the model, loss and learning rate"

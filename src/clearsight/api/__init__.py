@@ -1,0 +1,171 @@
+"""The Python API behind `import clearsight`: one function per thing the CLI does.
+
+Each CLI command parses its arguments, calls one function here and prints the result, so
+everything the command line can do, Python can do too; the docstrings here are the
+reference. The functions live in small modules by subject (`models`, `runs`, `scoring`,
+`train`, `deploy`, `compress`, `data`, `serve`), all of which import only the standard
+library at module level, so `import clearsight.api` stays fast; the classes (`Restorer`,
+`Detector`, ...) and the engine's constants load on first use (PEP 562).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from clearsight.api.compress import (
+    Quantized,
+    change_input_size,
+    prune,
+    prune_report_path,
+    quantize,
+)
+from clearsight.api.data import check_data, synth_moire, synth_rain
+from clearsight.api.deploy import (
+    Export,
+    benchmark,
+    export,
+    export_onnx,
+    export_paddle,
+    import_paddle,
+    parse_import_sets,
+    profile,
+    profile_table,
+)
+from clearsight.api.models import (
+    audit,
+    check_max_pixels,
+    check_output_file,
+    check_output_folder,
+    list_models,
+    load_model,
+    model_family,
+    model_task,
+    parse_scales,
+    require_bundled,
+)
+from clearsight.api.runs import (
+    DEFAULT_DEMOIRE,
+    DEFAULT_DERAIN,
+    DEFAULT_DETECT,
+    ENGINES,
+    check_engine,
+    detect_files,
+    restore_files,
+)
+from clearsight.api.scoring import (
+    astar_score,
+    compare,
+    evaluate,
+    evaluate_detection,
+    thumbnail_collector,
+    write_compare_report,
+    write_detection_report,
+    write_eval_report,
+)
+from clearsight.api.serve import DEFAULT_SERVE_MODELS, Serving, serve
+from clearsight.api.train import train
+from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
+from clearsight.families import Family
+
+# name -> "module:attribute", imported on first use (they bring torch or the engines)
+_LAZY: dict[str, str] = {
+    "Restorer": "clearsight.engine.inference:Restorer",
+    "InferenceOptions": "clearsight.engine.inference:InferenceOptions",
+    "Detector": "clearsight.engine.detector:Detector",
+    "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
+    "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
+    "FailuresCsvError": "clearsight.runtime.failures:FailuresCsvError",
+    "EvalResult": "clearsight.engine.evaluate:EvalResult",
+    "Comparison": "clearsight.engine.compare:Comparison",
+    "progress_bar": "clearsight.progress:progress_bar",
+    "OVERFIT_MARGIN": "clearsight.engine.restore_train:OVERFIT_MARGIN",
+    "OVERFIT_AP": "clearsight.engine.detect_train:OVERFIT_AP",
+}
+
+if TYPE_CHECKING:
+    from clearsight.engine.compare import Comparison
+    from clearsight.engine.detect_train import OVERFIT_AP
+    from clearsight.engine.detector import Detector
+    from clearsight.engine.evaluate import EvalResult
+    from clearsight.engine.inference import InferenceOptions, Restorer
+    from clearsight.engine.restore_files import RestoredFile, RestoreRun
+    from clearsight.engine.restore_train import OVERFIT_MARGIN
+    from clearsight.progress import progress_bar
+    from clearsight.runtime.failures import FailuresCsvError
+
+__all__ = [
+    "DEFAULT_DEMOIRE",
+    "DEFAULT_DERAIN",
+    "DEFAULT_DETECT",
+    "DEFAULT_SERVE_MODELS",
+    "DEFAULT_STAGE_THRESHOLD",
+    "ENGINES",
+    "OVERFIT_AP",
+    "OVERFIT_MARGIN",
+    "Comparison",
+    "Detector",
+    "EvalResult",
+    "Export",
+    "FailuresCsvError",
+    "Family",
+    "InferenceOptions",
+    "Quantized",
+    "RestoreRun",
+    "RestoredFile",
+    "Restorer",
+    "Serving",
+    "astar_score",
+    "audit",
+    "benchmark",
+    "change_input_size",
+    "check_data",
+    "check_engine",
+    "check_max_pixels",
+    "check_output_file",
+    "check_output_folder",
+    "compare",
+    "detect_files",
+    "evaluate",
+    "evaluate_detection",
+    "export",
+    "export_onnx",
+    "export_paddle",
+    "import_paddle",
+    "list_models",
+    "load_model",
+    "model_family",
+    "model_task",
+    "parse_import_sets",
+    "parse_scales",
+    "profile",
+    "profile_table",
+    "progress_bar",
+    "prune",
+    "prune_report_path",
+    "quantize",
+    "require_bundled",
+    "restore_files",
+    "serve",
+    "synth_moire",
+    "synth_rain",
+    "thumbnail_collector",
+    "train",
+    "write_compare_report",
+    "write_detection_report",
+    "write_eval_report",
+]
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'clearsight.api' has no attribute {name!r}")
+    module, _, attr = target.partition(":")
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
