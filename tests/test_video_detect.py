@@ -27,26 +27,32 @@ def _square_scene(t: int, w: int = 64, h: int = 48) -> np.ndarray:
 
 class SquareDetector(Detector):
     """Finds the bright square (pixels > 200 in every channel) and calls it a person: a
-    detector whose true boxes are known, with the real Detector's drawing."""
+    detector whose true boxes are known, with the real Detector's drawing. `scores[i]` is
+    the square's score in call i (0.9 by default); `ghost` adds a fixed weak box elsewhere."""
 
-    def __init__(self) -> None:  # no model: detect_batch is replaced
+    def __init__(self, scores: dict[int, float] | None = None, ghost: float | None = None):
         self.class_ids, self.class_names = [1], ["person"]
         self.calls = 0
+        self.scores = scores or {}
+        self.ghost = ghost
 
     def detect_batch(self, images, score_threshold=0.3, iou_threshold=None, max_detections=100):  # type: ignore[no-untyped-def, override]
         out = []
         for img in images:
-            self.calls += 1
+            found: list[tuple[list[float], float]] = []
             ys, xs = np.nonzero(img.min(axis=2) > 200)
-            if len(xs) == 0:
-                boxes = torch.zeros((0, 4))
-            else:
-                boxes = torch.tensor([[xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]]).float()
-            k = len(boxes)
+            if len(xs):
+                box = [xs.min(), ys.min(), xs.max() + 1, ys.max() + 1]
+                found.append(([float(v) for v in box], self.scores.get(self.calls, 0.9)))
+            if self.ghost is not None:
+                found.append(([40.0, 36.0, 52.0, 46.0], self.ghost))
+            self.calls += 1
+            found = [(b, s) for b, s in found if s >= score_threshold]
+            k = len(found)
             out.append(
                 Detections(
-                    boxes=boxes,
-                    scores=torch.full((k,), 0.9),
+                    boxes=torch.tensor([b for b, _ in found]).reshape(k, 4).float(),
+                    scores=torch.tensor([s for _, s in found]).float(),
                     labels=torch.zeros(k, dtype=torch.long),
                     category_ids=[1] * k,
                     names=["person"] * k,
@@ -94,15 +100,24 @@ def test_tracking_keeps_one_id_for_a_moving_square(tmp_path: Path) -> None:
     src = tmp_path / "square.mkv"
     frames = [_square_scene(t) for t in range(10)]
     make_video(src, w=64, h=48, n=10, audio=None, images=frames, pts=[40 * i for i in range(10)])
-    result = detect_video(SquareDetector(), src, tmp_path / "out", track=True, crf=0)
+    # the square's score dips under the threshold in frames 4-5 (an occlusion, say); a weak
+    # ghost box that never reaches the threshold sits in a corner all along
+    detector = SquareDetector(scores={4: 0.2, 5: 0.2}, ghost=0.2)
+    result = detect_video(detector, src, tmp_path / "out", track=True, crf=0)
     rows = read_jsonl(result.jsonl)
-    assert len(rows) == 10 and all(len(r["detections"]) == 1 for r in rows)
+    assert len(rows) == 10 and all(len(r["detections"]) == 1 for r in rows)  # no ghost
     xs = [r["detections"][0]["bbox"][0] for r in rows]
     assert xs == pytest.approx([4 + 3 * t for t in range(10)], abs=1)
+    assert [r["detections"][0]["score"] for r in rows][3:7] == pytest.approx([0.9, 0.2, 0.2, 0.9])
     ids = [r["detections"][0]["track_id"] for r in rows]
-    # ByteTrack confirms a track on its second frame; from then on one id
-    assert ids[0] is None and len(set(ids[1:])) == 1 and ids[1] is not None
-    assert result.tracks == 1
+    # ByteTrack confirms a track on its second frame; from then on one id, the dip included
+    assert ids[0] is None and ids[1] is not None and set(ids[1:]) == {ids[1]}
+    assert result.tracks == 1 and result.detections == 10
+
+    untracked = detect_video(SquareDetector(scores={4: 0.2, 5: 0.2}, ghost=0.2), src,
+                             tmp_path / "plain")  # fmt: skip
+    counts = [len(r["detections"]) for r in read_jsonl(untracked.jsonl)]
+    assert counts == [1, 1, 1, 1, 0, 0, 1, 1, 1, 1]  # without tracking the dip is lost
 
 
 def test_frame_folder_source_is_named_after_the_folder(tmp_path: Path) -> None:

@@ -15,9 +15,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from clearsight.atomic import atomic_path
 from clearsight.errors import OptionError
@@ -25,6 +26,9 @@ from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import open_source
 from clearsight.video.io import DEFAULT_CODEC, Frame
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
+
+if TYPE_CHECKING:
+    from clearsight.engine.detector import Detections
 
 DEFAULT_SCORE_THRESHOLD = 0.3  # as `clearsight detect` (engine/detector.py)
 
@@ -93,14 +97,35 @@ def _check_threshold(score_threshold: float) -> float:
     return float(score_threshold)
 
 
-def _new_tracker(rate: float) -> Any:
+LOW_SCORE = 0.1
+"""With `track`, boxes down to this score go to ByteTrack's second association, which lets
+a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's default."""
+
+
+def _new_tracker(rate: float, threshold: float) -> Any:
+    """ByteTrack whose first association and new tracks take the boxes at or above the
+    score threshold (the boxes `clearsight detect` would draw), the rest the second."""
     try:
         from trackers import ByteTrackTracker
     except ImportError as exc:
         raise OptionError(
             "track", f"needs the trackers package (pip install 'clearsight[video]'): {exc}"
         ) from exc
-    return ByteTrackTracker(frame_rate=rate)
+    return ByteTrackTracker(
+        frame_rate=rate, track_activation_threshold=threshold, high_conf_det_threshold=threshold
+    )
+
+
+def _subset(dets: Detections, keep: list[int]) -> Detections:
+    index = torch.tensor(keep, dtype=torch.long)
+    return replace(
+        dets,
+        boxes=dets.boxes[index],
+        scores=dets.scores[index],
+        labels=dets.labels[index],
+        category_ids=[dets.category_ids[k] for k in keep],
+        names=[dets.names[k] for k in keep],
+    )
 
 
 def _track(tracker: Any, dets: Any, time: float) -> list[int | None]:
@@ -180,7 +205,7 @@ def detect_video(
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
     if track:
-        _new_tracker(25.0)  # the one-line error for a missing package before any work
+        _new_tracker(25.0, threshold)  # the one-line error for a missing package before any work
 
     reader = open_source(src, fps=fps, max_pixels=max_pixels)
     writers: list[Any] = []
@@ -196,23 +221,28 @@ def detect_video(
         reader.close()
         raise
     rate = float(info.rate) if info.rate else 25.0
-    tracker = _new_tracker(rate) if track else None
+    tracker = _new_tracker(rate, threshold) if track else None
+    detect_at = min(threshold, LOW_SCORE) if track else threshold
     counts = {"boxes": 0}
     track_ids: set[int] = set()
 
     def step(frame: Frame) -> np.ndarray:
-        dets = detector.detect_batch([frame.image], threshold, iou_threshold, max_detections)[0]
-        ids = _track(tracker, dets, frame.time) if tracker is not None else None
+        dets = detector.detect_batch([frame.image], detect_at, iou_threshold, max_detections)[0]
+        ids = None
+        if tracker is not None:
+            ids = _track(tracker, dets, frame.time)
+            # the boxes over the threshold, and the weaker ones ByteTrack kept on a track
+            scores = dets.scores.tolist()
+            keep = [k for k, i in enumerate(ids) if scores[k] >= threshold or i is not None]
+            dets, ids = _subset(dets, keep), [ids[k] for k in keep]
         lines.add(
             {"frame": frame.index, "time": round(frame.time, 6), "detections": _records(dets, ids)}
         )
         counts["boxes"] += len(dets)
         if ids is not None:
             track_ids.update(i for i in ids if i is not None)
-            tags = [
-                f"#{i} {n}" if i is not None else n for i, n in zip(ids, dets.names, strict=True)
-            ]
-            dets = replace(dets, names=tags)
+            named = zip(ids, dets.names, strict=True)
+            dets = replace(dets, names=[n if i is None else f"#{i} {n}" for i, n in named])
         return detector.draw(frame.image, dets)
 
     try:
