@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from clearsight.engine.detector import Detections, Detector
+from clearsight.engine.inference import Restorer
 from clearsight.errors import OptionError, VideoReadError
 from clearsight.io import write_image
 from clearsight.video import VideoReader
@@ -139,6 +140,8 @@ def test_bad_input_is_one_line_and_a_failure_leaves_nothing(tmp_path: Path) -> N
     make_video(src, w=64, h=48, n=6, audio=None, images=[_square_scene(t) for t in range(6)])
     with pytest.raises(OptionError, match=r"score_threshold: must be in \[0, 1\], got 1.5"):
         detect_video(SquareDetector(), src, out, score_threshold=1.5)
+    with pytest.raises(OptionError, match=r"^detector: expected a Detector, got Restorer$"):
+        detect_video(Restorer.from_pretrained("identity"), src, out)
 
     class Failing(SquareDetector):
         def detect_batch(self, images, *a, **k):  # type: ignore[no-untyped-def, override]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from clearsight.engine.inference import Restorer
-from clearsight.errors import PairingError
+from clearsight.errors import OptionError, PairingError
 from clearsight.io import read_image, write_image
 from clearsight.metrics.presets import get_preset
 from clearsight.metrics.warping import flicker, warping_error
@@ -141,3 +141,13 @@ def test_a_single_frame_has_no_warping_error(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["warping_error"]["mean"] is None and summary["frames"] == 1
     assert math.isfinite(result.summary["psnr"]["mean"])
+
+
+def test_a_frame_of_another_size_and_a_bad_model_are_one_line_errors(tmp_path: Path) -> None:
+    _clip_folder(tmp_path / "clip", n=3)
+    write_image(tmp_path / "clip" / "clean" / "00002.png", _clean(1)[:32])
+    with pytest.raises(PairingError, match=r"clip: frame 00002: output and target differ"):
+        evaluate_video(lambda f: f, tmp_path / "clip", tmp_path / "out", save_images=True)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    with pytest.raises(OptionError, match=r"^model: expected a Restorer or a frame function"):
+        evaluate_video(42, tmp_path / "clip")

@@ -188,7 +188,8 @@ def detect_video(
     on_frame: Callable[[int, float], None] | None = None,
 ) -> VideoDetectResult:
     """Detect objects in every frame of `source` (a video, or a folder of numbered frames at
-    `fps`) with `detector` (an `engine.detector.Detector`) and write `out_dir/<stem>.mp4`,
+    `fps`) with `detector` (an `engine.detector.Detector`, or a model reference for
+    `Detector.from_pretrained`) and write `out_dir/<stem>.mp4`,
     the frames with their boxes drawn (the input's size, timestamps and audio), and
     `out_dir/<stem>.jsonl`, one line per frame: {"frame", "time" (seconds), "detections":
     [{"bbox": [x, y, w, h] in input pixels, "score", "category_id" (the dataset's id),
@@ -198,6 +199,12 @@ def detect_video(
     failure, and the error is still raised); the other options are `restore_video`'s.
     """
     threshold = _check_threshold(score_threshold)
+    if isinstance(detector, str | Path):
+        from clearsight.engine.detector import Detector
+
+        detector = Detector.from_pretrained(str(detector))
+    if not (hasattr(detector, "detect_batch") and hasattr(detector, "draw")):
+        raise OptionError("detector", f"expected a Detector, got {type(detector).__name__}")
     src = Path(source)
     out = check_output_folder(out_dir, "out_dir")
     stem = src.stem if src.is_file() else src.name

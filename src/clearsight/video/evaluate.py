@@ -27,6 +27,7 @@ import numpy as np
 from clearsight.atomic import atomic_dir, atomic_write_text
 from clearsight.errors import OptionError, PairingError, VideoReadError
 from clearsight.io import read_image, to_uint8, write_image
+from clearsight.metrics._errors import ShapeMismatchError
 from clearsight.metrics.warping import flicker, score_frames
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import FRAME_NAME, list_frames, open_source
@@ -140,6 +141,24 @@ def _restored(model: Any, frames: Iterator[np.ndarray], clip: bool) -> Iterator[
         yield out
 
 
+def _model(model: Any, clip: bool) -> Any:
+    """A model reference (a bundled name or an artifact path) becomes a `Restorer`."""
+    if isinstance(model, str | Path):
+        from clearsight.engine.inference import Restorer
+
+        return Restorer.from_pretrained(str(model))
+    if not callable(model) and not hasattr(model, "restore_image"):
+        what = "a clip function" if clip else "a Restorer or a frame function"
+        raise OptionError("model", f"expected {what}, got {type(model).__name__}")
+    return model
+
+
+def _describe(pairs: Any) -> str:
+    if isinstance(pairs, tuple | list):
+        return " and ".join(str(p) for p in pairs if p is not None)
+    return str(pairs)
+
+
 def _mean(values: list[float]) -> float | None:
     finite = [v for v in values if v is not None and not math.isnan(v)]
     return float(np.mean(finite)) if finite else None
@@ -160,11 +179,12 @@ def evaluate_video(
     `pairs` is a folder holding the input frames (`rain/`, `moire/` or `input/`) and
     `clean/` (frames matched by name, in frame-number order; a name on one side only is a
     one-line `PairingError` naming it), or (input video, clean video); no `clean/` (or a
-    None clean video) scores the flicker only. `model` is a `Restorer` or a uint8 RGB frame
-    function; with `clip=True`, a function from an iterator of frames to an iterable of
-    restored frames (a window model). With `out_dir`: `per_frame.csv` (name, psnr, ssim,
-    warping_error; or name, flicker), `summary.json`, and with `save_images` the restored
-    frames as `restored/<input stem>.png`, each written atomically.
+    None clean video) scores the flicker only. `model` is a `Restorer` (or a model
+    reference for one) or a uint8 RGB frame function; with `clip=True`, a function from an
+    iterator of frames to an iterable of restored frames (a window model). With `out_dir`:
+    `per_frame.csv` (name, psnr, ssim, warping_error; or name, flicker), `summary.json`,
+    and with `save_images` the restored frames as `restored/<input stem>.png`, each
+    written atomically.
     """
     out = check_output_folder(out_dir, "out_dir") if out_dir is not None else None
     if save_images and out is None:
@@ -172,10 +192,15 @@ def evaluate_video(
     data = _clip(pairs, fps)
     files: list[Path] = []
 
+    model = _model(model, clip)
     with _ImageSaver(out / IMAGES_FOLDER if save_images and out else None, data) as saver:
         if data.clean is not None:
             outputs = saver.wrap(_restored(model, data.inputs(), clip))
-            score = score_frames(outputs, data.clean(), preset=preset)
+            try:
+                score = score_frames(outputs, data.clean(), preset=preset)
+            except ShapeMismatchError as exc:
+                where = f"frame {data.name(max(0, saver.count - 1))}"
+                raise ShapeMismatchError(f"{_describe(pairs)}: {where}: {exc}") from exc
             rows: list[dict[str, Any]] = [
                 {
                     "name": data.name(i),
