@@ -157,3 +157,16 @@ def test_bad_input_is_one_line_and_a_failure_leaves_nothing(tmp_path: Path) -> N
         detect_video(Failing(), src, out, keep_partial=True)
     assert len(read_jsonl(out / "clip.jsonl")) == 3
     assert len(decoded_times(out / "clip.mp4")) == 3
+
+
+def test_tracking_without_the_trackers_package_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    src = tmp_path / "clip.mp4"
+    make_video(src, n=2, audio=None)
+    monkeypatch.setitem(sys.modules, "trackers", None)  # import trackers -> ImportError
+    with pytest.raises(OptionError, match=r"^track: needs the trackers package \(pip install"):
+        detect_video(SquareDetector(), src, tmp_path / "out", track=True)
+    assert not (tmp_path / "out").exists()
