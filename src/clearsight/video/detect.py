@@ -5,7 +5,8 @@ preprocessing, decoding, label map and box drawing as `clearsight detect` on ima
 the reader/writer-thread pipeline of `video/restore.py`, so the drawn video keeps the
 input's size, timestamps and audio. `track=True` links the boxes of consecutive frames
 into objects with ByteTrack (Zhang et al., ECCV 2022) from Roboflow's `trackers` package,
-the maintained home of the ByteTrack that `supervision` shipped until 0.26. docs/video.md.
+the maintained home of the ByteTrack that `supervision` deprecated in 0.28 and removed
+in 0.31. docs/video.md.
 """
 
 from __future__ import annotations
