@@ -105,82 +105,69 @@ def _estimate_total(info: Any, start: float | None, duration: float | None) -> i
     return max(1, round(length * float(info.rate)))
 
 
-def restore_video(
-    model: Any,
-    source: str | Path,
-    out: str | Path | None = None,
-    *,
-    frames_out: str | Path | None = None,
-    fps: float | None = None,
-    start: float | None = None,
-    duration: float | None = None,
+def writer_like(
+    reader: Any,
+    out: Path,
+    start: float | None,
+    duration: float | None,
     codec: str = DEFAULT_CODEC,
     crf: int | None = None,
     pix_fmt: str | None = None,
-    max_pixels: int | None = None,
-    temporal: bool = False,
+    keep_partial: bool = False,
+) -> VideoWriter:
+    """A `VideoWriter` for `out` with the source's size, clock and frame rate, copying its
+    audio/subtitle packets of the cut [start, start + duration)."""
+    info = reader.info
+    return VideoWriter(
+        out,
+        width=info.width,
+        height=info.height,
+        time_base=info.time_base,
+        rate=info.rate,
+        codec=codec,
+        crf=crf,
+        pix_fmt=pix_fmt,
+        side=reader.side_streams(start, duration),
+        keep_partial=keep_partial,
+    )
+
+
+def _restore_step(fn: FrameFn, blend: Any, src: Path) -> Callable[[Frame], np.ndarray]:
+    def step(frame: Frame) -> np.ndarray:
+        restored = fn(frame.image)
+        if blend is not None:
+            restored = blend(restored)
+        if restored.shape != frame.image.shape or restored.dtype != np.uint8:
+            raise VideoWriteError(
+                f"{src}: the model returned a {restored.shape} {restored.dtype} frame for "
+                f"a {frame.image.shape} uint8 one"
+            )
+        return restored
+
+    return step
+
+
+def run_pipeline(
+    reader: Any,
+    writers: list[Any],
+    step: Callable[[Frame], np.ndarray],
+    *,
+    start: float | None = None,
+    duration: float | None = None,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
     progress: bool = False,
     on_start: Callable[[int | None], None] | None = None,
     on_frame: Callable[[int, float], None] | None = None,
-) -> VideoRestoreResult:
-    """Restore every frame of `source` (a video file, or a folder of numbered frames at
-    `fps`) with `model` (a `Restorer` or a uint8 RGB frame function) into the video `out`
-    and/or the numbered-PNG folder `frames_out`.
-
-    `start`/`duration` (seconds) cut the source; `codec`/`crf`/`pix_fmt` choose the encoding
-    (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
-    blends each output with the flow-warped previous one where that is safe
-    (`video/temporal.py`). Errors are one-line `ClearsightError`s naming the file; nothing
-    half-written remains unless `keep_partial` (then the frames restored before a failure
-    are kept, and the error is still raised). `on_start(total or None)` once;
-    `on_frame(done, fps)` after each frame; `progress` draws a bar on stderr.
-    """
-    if out is None and frames_out is None:
-        raise OptionError("out", "give an output video, a frames_out folder, or both")
-    if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
-        raise OptionError("queue_size", f"must be a whole number >= 1, got {queue_size!r}")
-    fn = frame_function(model)
-    src = Path(source)
-    out_path = check_output_file(out, "output video") if out is not None else None
-    frames_path = check_output_folder(frames_out, "frames_out") if frames_out is not None else None
-    if out_path is not None and src.exists() and out_path.resolve() == src.resolve():
-        raise OptionError("out", f"{out_path} is the input video; choose another output path")
-    blend = None
-    if temporal:
-        from clearsight.video.temporal import TemporalBlend
-
-        blend = TemporalBlend()
-
-    reader = open_source(src, fps=fps, max_pixels=max_pixels)
-    writers: list[Any] = []
-    try:
-        info = reader.info
-        if out_path is not None:
-            writers.append(
-                VideoWriter(
-                    out_path,
-                    width=info.width,
-                    height=info.height,
-                    time_base=info.time_base,
-                    rate=info.rate,
-                    codec=codec,
-                    crf=crf,
-                    pix_fmt=pix_fmt,
-                    side=reader.side_streams(start, duration),
-                    keep_partial=keep_partial,
-                )
-            )
-        if frames_path is not None:
-            writers.append(FrameFolderWriter(frames_path, keep_partial=keep_partial))
-    except BaseException as exc:
-        for w in writers:
-            w.abort(exc)
-        reader.close()
-        raise
-
-    total = _estimate_total(info, start, duration)
+) -> tuple[int, float, float]:
+    """Decode `reader` on a thread, run `step` (a decoded `Frame` -> the uint8 RGB image to
+    write) on the calling thread, and encode into every writer (`write(image, pts)`) on a
+    second thread; bounded queues keep at most `2 * queue_size + 3` frames alive. Owns the
+    reader and writers: the reader is closed, the writers closed on success and aborted on
+    failure (kept with `keep_partial`), and the error re-raised. Returns (frames, wall
+    seconds, seconds spent in `step`). What `restore_video` and `detect_video` share."""
+    src = reader.info.path
+    total = _estimate_total(reader.info, start, duration)
     if on_start is not None:
         on_start(total)
     bar = None
@@ -237,15 +224,8 @@ def restore_video(
                 break
             assert isinstance(item, Frame)
             m0 = time.perf_counter()
-            restored = fn(item.image)
-            if blend is not None:
-                restored = blend(restored)
+            restored = step(item)
             model_s += time.perf_counter() - m0
-            if restored.shape != item.image.shape or restored.dtype != np.uint8:
-                raise VideoWriteError(
-                    f"{src}: the model returned a {restored.shape} {restored.dtype} frame for "
-                    f"a {item.image.shape} uint8 one"
-                )
             if not _put(out_q, (restored, item.pts), stop):
                 break
             done += 1
@@ -273,9 +253,8 @@ def restore_video(
             w.abort(error)
         if keep_partial and done and not writer_error:
             kept = ", ".join(str(w.path) for w in writers)
-            _log.warning("%s: kept the %d frames restored before the failure (%s)", src, done, kept)
+            _log.warning("%s: kept the %d frames done before the failure (%s)", src, done, kept)
         raise error
-    video = writers[0] if out_path is not None else None
     try:
         for w in writers:
             w.close()
@@ -283,12 +262,93 @@ def restore_video(
         for w in writers:
             w.abort(exc)
         raise
+    return done, time.perf_counter() - t0, model_s
+
+
+def restore_video(
+    model: Any,
+    source: str | Path,
+    out: str | Path | None = None,
+    *,
+    frames_out: str | Path | None = None,
+    fps: float | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    codec: str = DEFAULT_CODEC,
+    crf: int | None = None,
+    pix_fmt: str | None = None,
+    max_pixels: int | None = None,
+    temporal: bool = False,
+    keep_partial: bool = False,
+    queue_size: int = DEFAULT_QUEUE,
+    progress: bool = False,
+    on_start: Callable[[int | None], None] | None = None,
+    on_frame: Callable[[int, float], None] | None = None,
+) -> VideoRestoreResult:
+    """Restore every frame of `source` (a video file, or a folder of numbered frames at
+    `fps`) with `model` (a `Restorer` or a uint8 RGB frame function) into the video `out`
+    and/or the numbered-PNG folder `frames_out`.
+
+    `start`/`duration` (seconds) cut the source; `codec`/`crf`/`pix_fmt` choose the encoding
+    (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
+    blends each output with the flow-warped previous one where that is safe
+    (`video/temporal.py`). Errors are one-line `ClearsightError`s naming the file; nothing
+    half-written remains unless `keep_partial` (then the frames restored before a failure
+    are kept, and the error is still raised). `on_start(total or None)` once;
+    `on_frame(done, fps)` after each frame; `progress` draws a bar on stderr.
+    """
+    if out is None and frames_out is None:
+        raise OptionError("out", "give an output video, a frames_out folder, or both")
+    if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+        raise OptionError("queue_size", f"must be a whole number >= 1, got {queue_size!r}")
+    fn = frame_function(model)
+    src = Path(source)
+    out_path = check_output_file(out, "output video") if out is not None else None
+    frames_path = check_output_folder(frames_out, "frames_out") if frames_out is not None else None
+    if out_path is not None and src.exists() and out_path.resolve() == src.resolve():
+        raise OptionError("out", f"{out_path} is the input video; choose another output path")
+    blend = None
+    if temporal:
+        from clearsight.video.temporal import TemporalBlend
+
+        blend = TemporalBlend()
+
+    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    writers: list[Any] = []
+    try:
+        info = reader.info
+        if out_path is not None:
+            writers.append(
+                writer_like(reader, out_path, start, duration, codec, crf, pix_fmt, keep_partial)
+            )
+        if frames_path is not None:
+            writers.append(FrameFolderWriter(frames_path, keep_partial=keep_partial))
+    except BaseException as exc:
+        for w in writers:
+            w.abort(exc)
+        reader.close()
+        raise
+
+    step = _restore_step(fn, blend, src)
+    done, seconds, model_s = run_pipeline(
+        reader,
+        writers,
+        step,
+        start=start,
+        duration=duration,
+        keep_partial=keep_partial,
+        queue_size=queue_size,
+        progress=progress,
+        on_start=on_start,
+        on_frame=on_frame,
+    )
+    video = writers[0] if out_path is not None else None
     return VideoRestoreResult(
         source=src,
         output=out_path,
         frames_out=frames_path,
         frames=done,
-        seconds=time.perf_counter() - t0,
+        seconds=seconds,
         model_seconds=model_s,
         padded=video.padded if video is not None else None,
         copied_streams=info.side_streams if video is not None else (),

@@ -1,0 +1,296 @@
+"""Running a detector over a video: a drawn copy and one JSON line of boxes per frame.
+
+Every frame goes through the project's `Detector` (`engine/detector.py`: the same
+preprocessing, decoding, label map and box drawing as `clearsight detect` on images) inside
+the reader/writer-thread pipeline of `video/restore.py`, so the drawn video keeps the
+input's size, timestamps and audio. `track=True` links the boxes of consecutive frames
+into objects with ByteTrack (Zhang et al., ECCV 2022) from Roboflow's `trackers` package,
+the maintained home of the ByteTrack that `supervision` deprecated in 0.28 and removed
+in 0.31. docs/video.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from clearsight.atomic import atomic_path
+from clearsight.errors import OptionError
+from clearsight.out_paths import check_output_folder
+from clearsight.video.frames import open_source
+from clearsight.video.io import DEFAULT_CODEC, Frame
+from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
+
+if TYPE_CHECKING:
+    from clearsight.engine.detector import Detections
+
+DEFAULT_SCORE_THRESHOLD = 0.3  # as `clearsight detect` (engine/detector.py)
+
+
+@dataclass
+class VideoDetectResult:
+    """What `detect_video` wrote."""
+
+    source: Path
+    video: Path
+    """OUT/<stem>.mp4: the frames with their boxes drawn."""
+    jsonl: Path
+    """OUT/<stem>.jsonl: one line per frame, {"frame", "time", "detections": [...]}."""
+    frames: int
+    detections: int
+    """Boxes over all frames."""
+    tracks: int | None
+    """Distinct track ids (with `track`), else None."""
+    seconds: float
+    padded: tuple[int, int] | None = None
+    copied_streams: tuple[str, ...] = ()
+
+
+class _JsonLines:
+    """A JSON-lines file written line by line under a temporary name, renamed when complete
+    (`clearsight.atomic`), with the writers' close/abort interface."""
+
+    def __init__(self, path: Path, *, keep_partial: bool = False) -> None:
+        self.path = path
+        self.keep_partial = keep_partial
+        self.lines = 0
+        self._atomic = atomic_path(path)
+        self._fh = open(self._atomic.__enter__(), "w", encoding="utf-8")  # noqa: SIM115
+        self._closed = False
+
+    def add(self, record: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.lines += 1
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._fh.close()
+        self._atomic.__exit__(None, None, None)
+
+    def abort(self, exc: BaseException) -> None:
+        if self._closed:
+            return
+        if self.keep_partial and self.lines:
+            self.close()
+            return
+        self._closed = True
+        self._fh.close()
+        with contextlib.suppress(BaseException):
+            self._atomic.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def _check_threshold(score_threshold: float) -> float:
+    if (
+        isinstance(score_threshold, bool)
+        or not isinstance(score_threshold, int | float)
+        or not 0.0 <= score_threshold <= 1.0
+    ):
+        raise OptionError("score_threshold", f"must be in [0, 1], got {score_threshold!r}")
+    return float(score_threshold)
+
+
+LOW_SCORE = 0.1
+"""With `track`, boxes down to this score go to ByteTrack's second association, which lets
+a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's default."""
+
+
+def _new_tracker(rate: float, threshold: float) -> Any:
+    """ByteTrack whose first association and new tracks take the boxes at or above the
+    score threshold (the boxes `clearsight detect` would draw), the rest the second."""
+    try:
+        from trackers import ByteTrackTracker
+    except ImportError as exc:
+        raise OptionError(
+            "track", f"needs the trackers package (pip install 'clearsight[video]'): {exc}"
+        ) from exc
+    return ByteTrackTracker(
+        frame_rate=rate, track_activation_threshold=threshold, high_conf_det_threshold=threshold
+    )
+
+
+def _subset(dets: Detections, keep: list[int]) -> Detections:
+    index = torch.tensor(keep, dtype=torch.long)
+    return replace(
+        dets,
+        boxes=dets.boxes[index],
+        scores=dets.scores[index],
+        labels=dets.labels[index],
+        category_ids=[dets.category_ids[k] for k in keep],
+        names=[dets.names[k] for k in keep],
+    )
+
+
+def _track(tracker: Any, dets: Any, time: float) -> list[int | None]:
+    """Track ids for `dets` in order (None: a box not yet part of a confirmed track)."""
+    import supervision as sv
+
+    n = len(dets)
+    boxes = dets.boxes.numpy().astype(np.float32).reshape(n, 4)
+    tracked = tracker.update(
+        sv.Detections(
+            xyxy=boxes,
+            confidence=dets.scores.numpy().astype(np.float32),
+            class_id=dets.labels.numpy().astype(int),
+            data={"index": np.arange(n)},  # the tracker reorders its output
+        ),
+        timestamp=time,
+    )
+    ids: list[int | None] = [None] * n
+    for i, tid in zip(tracked.data["index"].tolist(), tracked.tracker_id.tolist(), strict=True):
+        ids[int(i)] = int(tid) if tid >= 0 else None
+    return ids
+
+
+def _records(dets: Any, ids: list[int | None] | None) -> list[dict[str, Any]]:
+    out = []
+    boxes, scores = dets.boxes.tolist(), dets.scores.tolist()
+    for k, ((x0, y0, x1, y1), score) in enumerate(zip(boxes, scores, strict=True)):
+        rec: dict[str, Any] = {
+            "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],
+            "score": round(float(score), 5),
+            "category_id": dets.category_ids[k],
+            "label": dets.names[k],
+        }
+        if ids is not None:
+            rec["track_id"] = ids[k]
+        out.append(rec)
+    return out
+
+
+def detect_video(
+    detector: Any,
+    source: str | Path,
+    out_dir: str | Path,
+    *,
+    track: bool = False,
+    score_threshold: float = DEFAULT_SCORE_THRESHOLD,
+    iou_threshold: float | None = None,
+    max_detections: int = 100,
+    fps: float | None = None,
+    start: float | None = None,
+    duration: float | None = None,
+    codec: str = DEFAULT_CODEC,
+    crf: int | None = None,
+    pix_fmt: str | None = None,
+    max_pixels: int | None = None,
+    keep_partial: bool = False,
+    queue_size: int = DEFAULT_QUEUE,
+    progress: bool = False,
+    on_start: Callable[[int | None], None] | None = None,
+    on_frame: Callable[[int, float], None] | None = None,
+) -> VideoDetectResult:
+    """Detect objects in every frame of `source` (a video, or a folder of numbered frames at
+    `fps`) with `detector` (an `engine.detector.Detector`, or a model reference for
+    `Detector.from_pretrained`) and write `out_dir/<stem>.mp4`,
+    the frames with their boxes drawn (the input's size, timestamps and audio), and
+    `out_dir/<stem>.jsonl`, one line per frame: {"frame", "time" (seconds), "detections":
+    [{"bbox": [x, y, w, h] in input pixels, "score", "category_id" (the dataset's id),
+    "label", "track_id" (with `track`; null until ByteTrack confirms the track)}]}.
+
+    Both files appear atomically when complete (`keep_partial` keeps what was done before a
+    failure, and the error is still raised); the other options are `restore_video`'s.
+    """
+    threshold = _check_threshold(score_threshold)
+    if isinstance(detector, str | Path):
+        from clearsight.engine.detector import Detector
+
+        detector = Detector.from_pretrained(str(detector))
+    if not (hasattr(detector, "detect_batch") and hasattr(detector, "draw")):
+        raise OptionError("detector", f"expected a Detector, got {type(detector).__name__}")
+    src = Path(source)
+    out = check_output_folder(out_dir, "out_dir")
+    stem = src.stem if src.is_file() else src.name
+    video_path, jsonl_path = out / f"{stem}.mp4", out / f"{stem}.jsonl"
+    if src.exists() and video_path.resolve() == src.resolve():
+        raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
+    if track:
+        _new_tracker(25.0, threshold)  # the one-line error for a missing package before any work
+
+    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    writers: list[Any] = []
+    try:
+        info = reader.info
+        writers.append(
+            writer_like(reader, video_path, start, duration, codec, crf, pix_fmt, keep_partial)
+        )
+        lines = _JsonLines(jsonl_path, keep_partial=keep_partial)
+    except BaseException as exc:
+        for w in writers:
+            w.abort(exc)
+        reader.close()
+        raise
+    rate = float(info.rate) if info.rate else 25.0
+    tracker = _new_tracker(rate, threshold) if track else None
+    detect_at = min(threshold, LOW_SCORE) if track else threshold
+    counts = {"boxes": 0}
+    track_ids: set[int] = set()
+
+    def step(frame: Frame) -> np.ndarray:
+        dets = detector.detect_batch([frame.image], detect_at, iou_threshold, max_detections)[0]
+        ids = None
+        if tracker is not None:
+            ids = _track(tracker, dets, frame.time)
+            # the boxes over the threshold, and the weaker ones ByteTrack kept on a track
+            scores = dets.scores.tolist()
+            keep = [k for k, i in enumerate(ids) if scores[k] >= threshold or i is not None]
+            dets, ids = _subset(dets, keep), [ids[k] for k in keep]
+        lines.add(
+            {"frame": frame.index, "time": round(frame.time, 6), "detections": _records(dets, ids)}
+        )
+        counts["boxes"] += len(dets)
+        if ids is not None:
+            track_ids.update(i for i in ids if i is not None)
+            named = zip(ids, dets.names, strict=True)
+            dets = replace(dets, names=[n if i is None else f"#{i} {n}" for i, n in named])
+        return detector.draw(frame.image, dets)
+
+    try:
+        done, seconds, _ = run_pipeline(
+            reader,
+            writers,
+            step,
+            start=start,
+            duration=duration,
+            keep_partial=keep_partial,
+            queue_size=queue_size,
+            progress=progress,
+            on_start=on_start,
+            on_frame=on_frame,
+        )
+    except BaseException as exc:
+        lines.abort(exc)
+        raise
+    lines.close()
+    video = writers[0]
+    return VideoDetectResult(
+        source=src,
+        video=video_path,
+        jsonl=jsonl_path,
+        frames=done,
+        detections=counts["boxes"],
+        tracks=len(track_ids) if track else None,
+        seconds=seconds,
+        padded=video.padded,
+        copied_streams=info.side_streams,
+    )
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The per-frame records of a `detect_video` JSON-lines file (for scoring or tests)."""
+    rows = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rows.append(json.loads(line))
+    return rows
+
+
+__all__ = ["VideoDetectResult", "detect_video", "read_jsonl"]
