@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from clearsight.artifact import LoadedModel, ModelConfig
 from clearsight.detection.preprocess import Transform, prepare
@@ -16,7 +17,6 @@ from clearsight.engine.detector import RESULTS_FILE, Detector
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
 from clearsight.metrics.coco_eval import evaluate_coco
-from clearsight.models.contract import DetectionModel
 from clearsight.preprocess import PreprocessSpec
 from clearsight.zoo import resolve_model
 from tests.coco_utils import CATEGORIES
@@ -97,7 +97,7 @@ def test_boxes_beyond_the_image_are_clipped_to_it():
     assert out.tolist() == [[0.0, 0.0, 60.0, 30.0]]
 
 
-class FixedBoxes(DetectionModel):
+class FixedBoxes(nn.Module):
     """A stand-in detector: one box [0, 0, 32, 16] in input pixels, label 2, score 0.9."""
 
     task = "detect"

@@ -27,6 +27,7 @@ from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
 from clearsight.errors import ClearsightError
 from clearsight.io import read_image, write_image
+from clearsight.models.contract import detection_labels, own_postprocess
 
 if TYPE_CHECKING:
     from clearsight.runtime.failures import FailedFile
@@ -107,14 +108,14 @@ class Detector:
             self.model.check_runs_as_detector()
         self.postprocess: Callable[..., list[dict[str, torch.Tensor]]] = _postprocessor(loaded)
         # labels, not class outputs: SSD's background output has no label (and no class id)
-        num_labels = int(self.model.num_labels)  # the DetectionModel contract
+        num_labels = detection_labels(self.model)
         ids = cfg.class_ids
         names = cfg.class_names
         if ids is None:
-            ids = list(range(num_labels))
+            ids = list(range(num_labels or 0))
         if names is None:
             names = [f"class {i}" for i in ids]
-        if len(ids) != num_labels:
+        if num_labels is not None and len(ids) != num_labels:
             raise ClearsightError(
                 f"{loaded.source}: class_ids lists {len(ids)} classes, the model predicts "
                 f"{num_labels}"
@@ -309,6 +310,17 @@ def _colour(label: int) -> tuple[int, int, int]:
 
 
 def _postprocessor(loaded: LoadedModel) -> Callable[..., list[dict[str, torch.Tensor]]]:
-    """The model's `postprocess` (the DetectionModel contract; a graph run by ONNX Runtime
-    decodes and runs NMS with its registered architecture's, `runtime/ort_detect.py`)."""
-    return loaded.model.postprocess  # type: ignore[no-any-return]
+    """The model's own `postprocess`, or, for a bare forward (a graph run elsewhere), the
+    registered architecture's (decoding and NMS are not part of such a graph)."""
+    post = own_postprocess(loaded.model)
+    if post is not None:
+        return post  # type: ignore[no-any-return]
+    from clearsight.models.registry import build_model
+
+    reference = build_model(loaded.config.architecture, **loaded.config.arch_args)
+    post = own_postprocess(reference)
+    if post is None:
+        raise ClearsightError(
+            f"{loaded.source}: architecture {loaded.config.architecture!r} has no postprocess"
+        )
+    return post  # type: ignore[no-any-return]

@@ -288,3 +288,23 @@ class DetectionModel(nn.Module):
         max_detections: int = 100,
     ) -> list[dict[str, torch.Tensor]]:
         raise NotImplementedError(f"{type(self).__name__} does not implement postprocess()")
+
+
+def detection_labels(model: nn.Module) -> int | None:
+    """Contiguous labels a detector emits: the contract's `num_labels`, or what a plain
+    module (a test's stand-in, a bare ONNX Runtime forward) declares under the contract's
+    names (`num_labels`, else `num_classes`); None when it declares neither."""
+    if isinstance(model, DetectionModel):
+        return int(model.num_labels)
+    # the only place a detector is probed by name: modules written without the contract
+    n = getattr(model, "num_labels", getattr(model, "num_classes", None))
+    return int(n) if n is not None else None
+
+
+def own_postprocess(model: nn.Module) -> Any:
+    """The detector's own `postprocess`, or None where it has none (a bare forward, whose
+    boxes the registered architecture's postprocess then decodes)."""
+    if isinstance(model, DetectionModel):
+        return model.postprocess
+    post = getattr(model, "postprocess", None)
+    return post if callable(post) else None
