@@ -31,6 +31,9 @@ _EXPORTS: dict[str, str] = {
     "detect_files": "clearsight.api",
     "evaluate_detection": "clearsight.api",
     "model_family": "clearsight.api",
+    "restore_video": "clearsight.api",
+    "detect_video": "clearsight.api",
+    "evaluate_video": "clearsight.api",
     "Restorer": "clearsight.engine.inference",
     "InferenceOptions": "clearsight.engine.inference",
     "restore_files": "clearsight.api",
@@ -62,6 +65,9 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
     "detect_files",
     "evaluate_detection",
     "model_family",
+    "restore_video",
+    "detect_video",
+    "evaluate_video",
     "Restorer",
     "InferenceOptions",
     "restore_files",
@@ -81,8 +87,10 @@ if TYPE_CHECKING:
     from clearsight.api import (
         compare,
         detect_files,
+        detect_video,
         evaluate,
         evaluate_detection,
+        evaluate_video,
         export,
         export_onnx,
         export_paddle,
@@ -93,6 +101,7 @@ if TYPE_CHECKING:
         prune,
         quantize,
         restore_files,
+        restore_video,
         train,
     )
     from clearsight.artifact import load_artifact, save_artifact

@@ -65,6 +65,16 @@ from clearsight.api.scoring import (
 )
 from clearsight.api.serve import DEFAULT_SERVE_MODELS, Serving, serve
 from clearsight.api.train import train
+from clearsight.api.video import (
+    DEFAULT_VIDEO_DERAIN,
+    VIDEO_SUFFIXES,
+    detect_video,
+    evaluate_video,
+    is_video,
+    restore_video,
+    run_videos,
+    split_media,
+)
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.families import Family
 
@@ -100,6 +110,7 @@ __all__ = [
     "DEFAULT_DETECT",
     "DEFAULT_SERVE_MODELS",
     "DEFAULT_STAGE_THRESHOLD",
+    "DEFAULT_VIDEO_DERAIN",
     "ENGINES",
     "OVERFIT_AP",
     "OVERFIT_MARGIN",
@@ -115,6 +126,7 @@ __all__ = [
     "RestoredFile",
     "Restorer",
     "Serving",
+    "VIDEO_SUFFIXES",
     "astar_score",
     "audit",
     "benchmark",
@@ -126,12 +138,15 @@ __all__ = [
     "check_output_folder",
     "compare",
     "detect_files",
+    "detect_video",
     "evaluate",
     "evaluate_detection",
+    "evaluate_video",
     "export",
     "export_onnx",
     "export_paddle",
     "import_paddle",
+    "is_video",
     "list_models",
     "load_model",
     "model_family",
@@ -146,7 +161,10 @@ __all__ = [
     "quantize",
     "require_bundled",
     "restore_files",
+    "restore_video",
+    "run_videos",
     "serve",
+    "split_media",
     "synth_moire",
     "synth_rain",
     "thumbnail_collector",

@@ -119,3 +119,38 @@ WorkersOpt = Annotated[
 BatchSizeOpt = Annotated[
     int, typer.Option("--batch-size", help="With --engine ray: images per worker call.")
 ]
+
+# -- video inputs (docs/video.md) ---------------------------------------------------------
+StartOpt = Annotated[
+    float | None, typer.Option("--start", help="Videos: start this many seconds in.")
+]
+DurationOpt = Annotated[
+    float | None, typer.Option("--duration", help="Videos: this many seconds only.")
+]
+CrfOpt = Annotated[
+    int | None,
+    typer.Option("--crf", help="Videos: H.264 quality (0 lossless .. 51; default 18)."),
+]
+CodecOpt = Annotated[
+    str, typer.Option("--codec", help="Videos: output codec (default libx264, yuv420p).")
+]
+TemporalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--temporal",
+        help="Videos, per-frame models: blend each output with the flow-warped previous one "
+        "where the occlusion tests pass (less flicker; docs/video.md).",
+    ),
+]
+KeepPartialOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-partial", help="Videos: keep the frames written before a failure (default: none)."
+    ),
+]
+KeepContainerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-container", help="Videos: write the input's container (.mkv, .mov) not .mp4."
+    ),
+]

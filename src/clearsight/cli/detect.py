@@ -13,14 +13,20 @@ from clearsight.cli._options import (
     AddressOpt,
     BackendOpt,
     BatchSizeOpt,
+    CodecOpt,
+    CrfOpt,
     DeviceOpt,
+    DurationOpt,
     EngineOpt,
     FailFastOpt,
+    KeepPartialOpt,
     PrecisionOpt,
     SkipExistingOpt,
+    StartOpt,
     WorkersOpt,
 )
 from clearsight.cli._runs import existing_policy, finish_ray
+from clearsight.errors import OptionError
 
 
 @app.command("detect")
@@ -29,7 +35,7 @@ def detect_cmd(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Image files or folders; with --engine ray also globs, manifests, URIs."
+            help="Image or video files, or folders; with --engine ray also globs, URIs."
         ),
     ],
     model: Annotated[
@@ -48,12 +54,32 @@ def detect_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    track: Annotated[
+        bool,
+        typer.Option("--track", help="Videos: persistent object ids across frames (ByteTrack)."),
+    ] = False,
+    start: StartOpt = None,
+    duration: DurationOpt = None,
+    crf: CrfOpt = None,
+    codec: CodecOpt = "libx264",
+    keep_partial: KeepPartialOpt = False,
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
-    OUT/detections.json in COCO results format (category ids as in the model's class map)."""
+    OUT/detections.json in COCO results format (category ids as in the model's class map);
+    each video drawn into OUT/<name>.mp4 with OUT/<name>.jsonl, one line per frame."""
     from clearsight import api
 
     on_ray = engine == "ray"  # the API checks the name
+    plan = api.split_media(inputs, out)
+    if plan.videos:
+        if on_ray:
+            raise OptionError("engine", "videos run with --engine local (one at a time)")
+        video = dict(track=track, start=start, duration=duration, crf=crf, codec=codec,
+                     keep_partial=keep_partial, score_threshold=score_threshold)  # fmt: skip
+        _detect_videos(plan, out, model, device, fail_fast, video)
+        if not plan.images:
+            return
+        inputs = plan.images
     try:
         with progress() as bar:
             task = bar.add_task("detecting", total=None)
@@ -101,4 +127,29 @@ def detect_cmd(
     say(run.summary())
     if run.failed:
         say(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
+        raise typer.Exit(code=EXIT_SOME_FAILED)
+
+
+def _detect_videos(
+    plan: Any, out: Path, model: str, device: str, fail_fast: bool, video: dict[str, Any]
+) -> None:
+    """Each video through `clearsight.api.detect_video`, one line each; exits 3 after the
+    images (if any) when a video failed."""
+    from clearsight import api
+
+    detector = api.Detector.from_pretrained(model, device=device)
+
+    def one(source: Path, target: Path) -> Any:
+        return api.detect_video(detector, source, target.parent, progress=True, **video)
+
+    def done(source: Path, target: Path, r: Any) -> None:
+        say(f"{source} -> {r.video}  ({r.frames} frames, {r.detections} detection(s))", err=True)
+
+    ok, failed, _ = api.run_videos(
+        plan.videos, one, out, fail_fast=fail_fast, on_done=done,
+        on_failure=lambda f: say_failed(f.source, f.reason),
+    )  # fmt: skip
+    say(f"detected in {len(ok)} video(s) into {out}")
+    if failed and not plan.images:
+        say(f"{len(failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)

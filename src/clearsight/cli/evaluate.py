@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from clearsight.api import DEFAULT_STAGE_THRESHOLD
-from clearsight.cli._app import app, console, friendly, progress
+from clearsight.cli._app import app, console, friendly, progress, say
 from clearsight.cli._options import (
     BackendOpt,
     DeviceOpt,
@@ -109,12 +109,26 @@ def eval_cmd(
     stages: StagesOpt = "all",
     stage_threshold: StageThresholdOpt = DEFAULT_STAGE_THRESHOLD,
     skip_existing: SkipExistingOpt = False,
+    video: Annotated[
+        bool,
+        typer.Option(
+            "--video",
+            help="DATA is one clip: numbered input frames (rain/, moire/ or input/) and clean/, "
+            "or two videos with --clean; per_frame.csv with PSNR, SSIM and warping error.",
+        ),
+    ] = False,
+    clean: Annotated[
+        Path | None, typer.Option("--clean", help="With --video: the clean video for DATA.")
+    ] = None,
 ) -> None:
     """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
-    folder); per-image CSV and summary JSON."""
+    folder; a clip with --video); per-image CSV and summary JSON."""
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
+    if video:
+        _eval_video(model, data, clean, out, preset or "y-matlab", save_images)
+        return
     if api.model_family(model) is api.Family.DETECTION:
         _eval_detection(model, data, out, device, report, report_k)
         return
@@ -200,3 +214,22 @@ def _metrics_table(result: EvalResult, options: InferenceOptions, model: str, da
             f"{st['max']:g}",
         )
     return table
+
+
+def _eval_video(
+    model: str, data: Path, clean: Path | None, out: Path | None, preset: str, save: bool
+) -> None:
+    """`clearsight eval --video`: one clip restored and scored frame by frame."""
+    from clearsight import api
+
+    pairs: Any = data if clean is None else (data, clean)
+    res = api.evaluate_video(model, pairs, out, preset=preset, save_images=save)
+    summary = res.summary
+    for key in ("psnr", "ssim", "warping_error", "flicker"):
+        value = summary.get(key, {})
+        mean = value.get("mean") if isinstance(value, dict) else None
+        if mean is not None:
+            say(f"{key}: {mean:.6g}")
+    say(f"{summary.get('frames', len(res.rows))} frames, preset {preset}")
+    if out is not None:
+        say(f"wrote {out / 'per_frame.csv'} and {out / 'summary.json'}")

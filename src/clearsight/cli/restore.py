@@ -8,14 +8,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from clearsight.api import DEFAULT_DEMOIRE, DEFAULT_DERAIN, DEFAULT_STAGE_THRESHOLD
+from clearsight.api import (
+    DEFAULT_DEMOIRE,
+    DEFAULT_DERAIN,
+    DEFAULT_STAGE_THRESHOLD,
+    DEFAULT_VIDEO_DERAIN,
+)
 from clearsight.cli._app import EXIT_SOME_FAILED, app, friendly, progress, say, say_failed
 from clearsight.cli._options import (
     AddressOpt,
     BatchSizeOpt,
+    CodecOpt,
+    CrfOpt,
     DeviceOpt,
+    DurationOpt,
     EngineOpt,
     FailFastOpt,
+    KeepContainerOpt,
+    KeepPartialOpt,
     MaxPixOpt,
     ModelOpt,
     PrecisionOpt,
@@ -24,12 +34,15 @@ from clearsight.cli._options import (
     SkipExistingOpt,
     StagesOpt,
     StageThresholdOpt,
+    StartOpt,
+    TemporalOpt,
     TileOpt,
     TtaOpt,
     VerboseOpt,
     WorkersOpt,
 )
 from clearsight.cli._runs import existing_policy, finish_ray, run_on_ray
+from clearsight.errors import OptionError
 
 if TYPE_CHECKING:
     from clearsight.api import RestoredFile, Restorer, RestoreRun
@@ -61,6 +74,8 @@ def restore_images(
     workers: int = 1,
     batch_size: int = 8,
     bundled: str | None = None,
+    video_model: str | None = None,
+    video: dict[str, Any] | None = None,
     **options: Any,
 ) -> Any:
     """The body of restore, derain and demoire: `clearsight.api.restore_files` on either
@@ -68,13 +83,107 @@ def restore_images(
     run's summary. Exits 3 when some inputs failed, else returns the run's account (a
     `RestoreRun`, or Ray's `ScaleSummary`). `bundled`: `model` must be a bundled model (this
     architecture's, named in the error). `options` are `InferenceOptions` fields; a
-    `scales` text is parsed here."""
+    `scales` text is parsed here. Videos among the inputs (or in their folders) are restored
+    with `video_model` (default: `model`) into OUT/<name>.mp4, with the `video` options
+    (start, duration, codec, crf, temporal, keep_partial, keep_container)."""
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
-    if bundled is not None:
-        api.require_bundled(model, bundled)
+    plan = api.split_media(inputs, out)
     on_ray = api.check_engine(engine) == "ray"
+    if plan.videos and on_ray:
+        raise OptionError("engine", "videos run with --engine local (one at a time)")
+    if bundled is not None and (plan.images or not plan.videos):
+        api.require_bundled(model, bundled)
+    account = None
+    if plan.images or not plan.videos:
+        account = _restore_image_inputs(
+            plan.images, out, model=model, what=what, engine=engine, on_ray=on_ray,
+            max_pixels=max_pixels, skip_existing=skip_existing, fail_fast=fail_fast,
+            verbose=verbose, address=address, workers=workers, batch_size=batch_size,
+            options=options, verb=verb,
+        )  # fmt: skip
+    if not plan.videos:
+        if on_ray:
+            finish_ray(account, lambda s: f"{s.line()} into {out}")
+        else:
+            finish(account, verb, out)  # type: ignore[arg-type]
+        return account
+    if account is not None:
+        summarize(account, verb, out)
+    failed = _restore_videos(
+        plan.videos, out, video_model or model, verb=verb, max_pixels=max_pixels,
+        fail_fast=fail_fast, earlier=account.failed if account is not None else [],
+        device=options.get("device", "cpu"), tile=options.get("tile"), video=video or {},
+    )  # fmt: skip
+    earlier = len(account.failed) if account is not None else 0
+    if failed or earlier:
+        say(f"{len(failed) + earlier} input(s) failed; see {out / 'failures.csv'}", err=True)
+        raise typer.Exit(code=EXIT_SOME_FAILED)
+    return account
+
+
+def _restore_videos(
+    videos: list[tuple[Path, Path]],
+    out: Path,
+    model: str,
+    *,
+    verb: str,
+    max_pixels: int | None,
+    fail_fast: bool,
+    earlier: list[Any],
+    device: str,
+    tile: int | None,
+    video: dict[str, Any],
+) -> list[Any]:
+    """Each video through `clearsight.api.restore_video`, one line each; returns the ones
+    that failed (also in OUT/failures.csv, with the images that failed before)."""
+    from clearsight import api
+
+    keep_container = bool(video.pop("keep_container", False))
+    loaded = api.load_model(model, device=device)
+
+    def one(source: Path, target: Path) -> Any:
+        return api.restore_video(
+            loaded, source, target, device=device, tile=tile, max_pixels=max_pixels,
+            progress=True, **video,
+        )  # fmt: skip
+
+    def done(source: Path, target: Path, r: Any) -> None:
+        say(f"{source} -> {target}  ({r.frames} frames, {r.fps:.2f} fps)", err=True)
+
+    ok, failed, _ = api.run_videos(
+        videos, one, out, keep_container=keep_container, fail_fast=fail_fast,
+        earlier_failed=earlier, on_done=done,
+        on_failure=lambda f: say_failed(f.source, f.reason),
+    )  # fmt: skip
+    say(f"{verb} {len(ok)} video(s) into {out} with {model}")
+    say(f"{len(ok)} done, 0 skipped, {len(failed)} failed")
+    return failed
+
+
+def _restore_image_inputs(
+    inputs: list[str],
+    out: Path,
+    *,
+    model: str,
+    what: str,
+    verb: str,
+    engine: str,
+    on_ray: bool,
+    max_pixels: int | None,
+    skip_existing: bool | None,
+    fail_fast: bool,
+    verbose: bool,
+    address: str | None,
+    workers: int,
+    batch_size: int,
+    options: dict[str, Any],
+) -> Any:
+    """The images of a run through `clearsight.api.restore_files` under a progress bar,
+    printing each file, failure and skip as it happens; returns the run's account."""
+    from clearsight import api
+
     if isinstance(options.get("scales"), str):
         options["scales"] = api.parse_scales(options["scales"])
     loaded: list[Restorer] = []
@@ -148,10 +257,6 @@ def restore_images(
             else:
                 summarize(exc.run, verb, out)
         raise
-    if on_ray:
-        finish_ray(account, ray_line)
-    else:
-        finish(account, verb, out)  # type: ignore[arg-type]
     return account
 
 
@@ -185,7 +290,7 @@ def restore_cmd(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Image files or folders; with --engine ray also globs, manifests, URIs."
+            help="Image or video files, or folders; with --engine ray also globs, manifests, URIs."
         ),
     ],
     model: ModelOpt,
@@ -205,6 +310,13 @@ def restore_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    start: StartOpt = None,
+    duration: DurationOpt = None,
+    crf: CrfOpt = None,
+    codec: CodecOpt = "libx264",
+    temporal: TemporalOpt = False,
+    keep_partial: KeepPartialOpt = False,
+    keep_container: KeepContainerOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
@@ -214,6 +326,8 @@ def restore_cmd(
         verbose=verbose, address=address, workers=workers, batch_size=batch_size,
         tile=tile, ensemble=tta, scales=scales, device=device, backend=backend,
         stages=stages, stage_threshold=stage_threshold, precision=precision,
+        video=dict(start=start, duration=duration, crf=crf, codec=codec, temporal=temporal,
+                   keep_partial=keep_partial, keep_container=keep_container),
     )  # fmt: skip
 
 
@@ -223,10 +337,19 @@ def derain_cmd(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Rainy image files or folders; with --engine ray also globs, manifests, URIs."
+            help="Rainy images or videos (files or folders); --engine ray: images, globs, URIs."
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("derained"),
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Default: default-derain (RESCAN) for images, video-derain (S2VD, windows of "
+            "frames) for videos; a model given here runs on both.",
+        ),
+    ] = None,
     tile: TileOpt = None,
     tta: TtaOpt = "none",
     max_pixels: MaxPixOpt = None,
@@ -241,15 +364,25 @@ def derain_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    start: StartOpt = None,
+    duration: DurationOpt = None,
+    crf: CrfOpt = None,
+    codec: CodecOpt = "libx264",
+    temporal: TemporalOpt = False,
+    keep_partial: KeepPartialOpt = False,
+    keep_container: KeepContainerOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Remove rain with the bundled default deraining model (RESCAN, see `models`)."""
+    """Remove rain from images (bundled RESCAN) and videos (bundled S2VD, see `models`)."""
     restore_images(
-        inputs, out, model=DEFAULT_DERAIN, bundled="RESCAN", what="deraining",
+        inputs, out, model=model or DEFAULT_DERAIN, bundled=None if model else "RESCAN",
+        video_model=model or DEFAULT_VIDEO_DERAIN, what="deraining",
         verb="derained", engine=engine, max_pixels=max_pixels, skip_existing=skip_existing,
         fail_fast=fail_fast, verbose=verbose, address=address, workers=workers,
         batch_size=batch_size, tile=tile, ensemble=tta, device=device, backend=backend,
         stages=stages, stage_threshold=stage_threshold, precision=precision,
+        video=dict(start=start, duration=duration, crf=crf, codec=codec, temporal=temporal,
+                   keep_partial=keep_partial, keep_container=keep_container),
     )  # fmt: skip
 
 
@@ -259,7 +392,7 @@ def demoire_cmd(
     inputs: Annotated[
         list[str],
         typer.Argument(
-            help="Screen photos (files or folders); with --engine ray also globs, manifests, URIs."
+            help="Screen photos or videos (files or folders); with --engine ray also globs, URIs."
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("demoired"),
@@ -276,6 +409,13 @@ def demoire_cmd(
     address: AddressOpt = None,
     workers: WorkersOpt = 1,
     batch_size: BatchSizeOpt = 8,
+    start: StartOpt = None,
+    duration: DurationOpt = None,
+    crf: CrfOpt = None,
+    codec: CodecOpt = "libx264",
+    temporal: TemporalOpt = False,
+    keep_partial: KeepPartialOpt = False,
+    keep_container: KeepContainerOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
@@ -285,4 +425,6 @@ def demoire_cmd(
         fail_fast=fail_fast, verbose=verbose, address=address, workers=workers,
         batch_size=batch_size, tile=tile, ensemble=tta, scales=scales, device=device,
         backend=backend, precision=precision,
+        video=dict(start=start, duration=duration, crf=crf, codec=codec, temporal=temporal,
+                   keep_partial=keep_partial, keep_container=keep_container),
     )  # fmt: skip

@@ -145,6 +145,8 @@ def _track(tracker: Any, dets: Any, time: float) -> list[int | None]:
         timestamp=time,
     )
     ids: list[int | None] = [None] * n
+    if len(tracked) == 0:  # nothing kept (or nothing seen): its data holds no index
+        return ids
     for i, tid in zip(tracked.data["index"].tolist(), tracked.tracker_id.tolist(), strict=True):
         ids[int(i)] = int(tid) if tid >= 0 else None
     return ids

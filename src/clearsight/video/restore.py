@@ -14,7 +14,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,8 +151,9 @@ def _restore_step(fn: FrameFn, blend: Any, src: Path) -> Callable[[Frame], np.nd
 def run_pipeline(
     reader: Any,
     writers: list[Any],
-    step: Callable[[Frame], np.ndarray],
+    step: Callable[[Frame], np.ndarray] | None,
     *,
+    stream: Callable[[Iterator[Frame]], Iterator[tuple[np.ndarray, int]]] | None = None,
     start: float | None = None,
     duration: float | None = None,
     keep_partial: bool = False,
@@ -162,7 +164,9 @@ def run_pipeline(
 ) -> tuple[int, float, float]:
     """Decode `reader` on a thread, run `step` (a decoded `Frame` -> the uint8 RGB image to
     write) on the calling thread, and encode into every writer (`write(image, pts)`) on a
-    second thread; bounded queues keep at most `2 * queue_size + 3` frames alive. Owns the
+    second thread; bounded queues keep at most `2 * queue_size + 3` frames alive. `stream`
+    instead of `step`: decoded frames in, (image, pts) out in order, possibly later (a model
+    that restores a window of frames at once holds that window). Owns the
     reader and writers: the reader is closed, the writers closed on success and aborted on
     failure (kept with `keep_partial`), and the error re-raised. Returns (frames, wall
     seconds, seconds spent in `step`). What `restore_video` and `detect_video` share."""
@@ -214,19 +218,38 @@ def run_pipeline(
     write_thread = threading.Thread(target=write_job, name="clearsight-video-write", daemon=True)
     read_thread.start()
     write_thread.start()
-    try:
+    waited = [0.0]
+
+    def decoded() -> Iterator[Frame]:
         while True:
+            w0 = time.perf_counter()
             item = _get(in_q, stop)
+            waited[0] += time.perf_counter() - w0
             if item is _END:
-                break
+                return
             if isinstance(item, _Failure):
-                error = item.exc
-                break
+                raise item.exc
             assert isinstance(item, Frame)
-            m0 = time.perf_counter()
-            restored = step(item)
-            model_s += time.perf_counter() - m0
-            if not _put(out_q, (restored, item.pts), stop):
+            yield item
+
+    if stream is None:
+        assert step is not None
+        per_frame = step
+
+        def stream(frames: Iterator[Frame]) -> Iterator[tuple[np.ndarray, int]]:
+            for f in frames:
+                yield per_frame(f), f.pts
+
+    try:
+        outputs = stream(decoded())
+        while True:
+            m0, w0 = time.perf_counter(), waited[0]
+            try:
+                restored, pts = next(outputs)
+            except StopIteration:
+                break
+            model_s += time.perf_counter() - m0 - (waited[0] - w0)
+            if not _put(out_q, (restored, pts), stop):
                 break
             done += 1
             rate = done / (time.perf_counter() - t0)
@@ -265,6 +288,26 @@ def run_pipeline(
     return done, time.perf_counter() - t0, model_s
 
 
+def _window_stream(model: Any, blend: Any) -> Callable[[Iterator[Frame]], Iterator[Any]]:
+    """A window model (`engine/video_window.py`: S2VD, or an image model as `PerFrame`) over
+    decoded frames: the restored images, in order, each with its input's timestamp."""
+    from clearsight.engine.video_window import restore_frames
+
+    def stream(frames: Iterator[Frame]) -> Iterator[tuple[np.ndarray, int]]:
+        stamps: deque[int] = deque()
+
+        def images() -> Iterator[np.ndarray]:
+            for f in frames:
+                stamps.append(f.pts)
+                yield f.image
+
+        for image in restore_frames(images(), model):
+            out = np.asarray(image)
+            yield (blend(out) if blend is not None else out), stamps.popleft()
+
+    return stream
+
+
 def restore_video(
     model: Any,
     source: str | Path,
@@ -286,8 +329,10 @@ def restore_video(
     on_frame: Callable[[int, float], None] | None = None,
 ) -> VideoRestoreResult:
     """Restore every frame of `source` (a video file, or a folder of numbered frames at
-    `fps`) with `model` (a `Restorer` or a uint8 RGB frame function) into the video `out`
-    and/or the numbered-PNG folder `frames_out`.
+    `fps`) with `model` into the video `out` and/or the numbered-PNG folder `frames_out`.
+    `model`: a `Restorer` or a uint8 RGB frame function (frame by frame), or a window model
+    from `engine.video_window.video_model` (S2VD restores windows of frames; memory is
+    bounded by the window, not the video).
 
     `start`/`duration` (seconds) cut the source; `codec`/`crf`/`pix_fmt` choose the encoding
     (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
@@ -301,7 +346,10 @@ def restore_video(
         raise OptionError("out", "give an output video, a frames_out folder, or both")
     if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
         raise OptionError("queue_size", f"must be a whole number >= 1, got {queue_size!r}")
-    fn = frame_function(model)
+    from clearsight.engine.video_window import PerFrame, Windowed
+
+    windowed = model if isinstance(model, Windowed | PerFrame) else None
+    fn = frame_function(model) if windowed is None else None
     src = Path(source)
     out_path = check_output_file(out, "output video") if out is not None else None
     frames_path = check_output_folder(frames_out, "frames_out") if frames_out is not None else None
@@ -329,11 +377,13 @@ def restore_video(
         reader.close()
         raise
 
-    step = _restore_step(fn, blend, src)
+    step = _restore_step(fn, blend, src) if fn is not None else None
+    stream = _window_stream(windowed, blend) if windowed is not None else None
     done, seconds, model_s = run_pipeline(
         reader,
         writers,
         step,
+        stream=stream,
         start=start,
         duration=duration,
         keep_partial=keep_partial,
