@@ -98,6 +98,9 @@ def test_drawn_video_keeps_frames_timestamps_audio_and_jsonl_has_a_line_per_fram
 
 
 def test_tracking_keeps_one_id_for_a_moving_square(tmp_path: Path) -> None:
+    # trackers is installed by .ci/run (pyproject's video extra explains why not by the test
+    # extra); a machine set up with `pip install -e '.[test]'` alone skips this one
+    pytest.importorskip("trackers")
     src = tmp_path / "square.mkv"
     frames = [_square_scene(t) for t in range(10)]
     make_video(src, w=64, h=48, n=10, audio=None, images=frames, pts=[40 * i for i in range(10)])
