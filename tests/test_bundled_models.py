@@ -75,6 +75,7 @@ def test_derain_end_to_end_removes_synthetic_rain(tmp_path):
     assert "stages" in output  # the stages used are reported
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 @pytest.mark.realdata
 def test_demoire_end_to_end_on_a_held_out_pair(shared_data, tmp_path):
     """Pair 0080 was never trained on; a 256x256 crop comes out closer to its ground truth."""

@@ -245,6 +245,7 @@ def test_bundled_detector_onnx_gives_the_same_detections_on_a_coco_image(
         _same(a, b, box_tol=0.05)
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 @pytest.mark.realdata
 def test_yolox_contest_layout_onnx_scores_like_pytorch_on_coco_images(shared_data, tmp_path):
     data = shared_data / "detection/coco_mini_val"

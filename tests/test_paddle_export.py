@@ -104,6 +104,7 @@ def _need_paddle() -> None:
     pytest.importorskip("x2paddle", reason="x2paddle is not installed (clearsight[paddle])")
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 def test_export_paddle_parity(tmp_path: Path) -> None:
     """MBCNN (bandpass, tone blocks, space-to-depth): parity at two sizes, one odd before
     padding, then the folder alone against PyTorch at a third size."""
@@ -181,6 +182,7 @@ def test_a_detector_onnx_file_converts(tmp_path: Path) -> None:
     assert any("ConvTranspose" in r for r in result.rewrites)  # its 2x nearest upsampling
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 @pytest.mark.realdata
 def test_contest_scorer_same_on_paddle_and_pytorch(shared_data: Path, tmp_path: Path) -> None:
     """The bundled SSD in the Astar contest layout as a Paddle inference model: the contest

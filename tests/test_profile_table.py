@@ -173,6 +173,7 @@ def test_detectors_contest_madds_ap_and_astar_score(tmp_path):
     assert "COCO AP" in cells and cells["COCO AP"][2] == "-" and "PSNR" not in cells
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 @pytest.mark.realdata
 def test_bundled_derain_on_rain100l(shared_data):
     data = shared_data / "derain" / "Rain100L"

@@ -96,6 +96,7 @@ def test_images_drawn_by_a_worker_that_died_before_its_shard_are_redone(
     assert drawn_files(out) == drawn_files(reference)
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 def test_overwrite_redoes_everything_and_records_each_image_once(in_process, inputs, tmp_path):
     good, mixed, reference = inputs
     out = tmp_path / "out"
@@ -158,6 +159,7 @@ def test_a_restoration_model_is_refused_before_any_worker(in_process, inputs, tm
     assert not in_process and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 def test_the_command_resumes_with_engine_ray(in_process, inputs, tmp_path):
     from typer.testing import CliRunner
 

@@ -170,6 +170,7 @@ def test_fused_gates_equal_one_conv_per_gate(
     _assert_close(reference, fused)
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 # ------------------------------------------------------------------ exact resume
 @pytest.mark.parametrize(
     ("model", "memory_format", "amp"),
@@ -241,6 +242,7 @@ def test_compile_setting() -> None:
         tiny_config(Path("."), train={"amp": True})  # amp has no "on"
 
 
+@pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)
 def test_compiled_training_matches_eager_and_resumes_exactly(data: Path, tmp_path: Path) -> None:
     """The compiled step computes the same training within float rounding, logs that it was
     compiled, and a compiled run resumed halfway ends bit-identical to an uninterrupted one."""
