@@ -12,11 +12,11 @@ How the clip is made (deterministic: the same code gives the same frames):
   quite (x264 runs multi-threaded there, and its output then varies by a few hundred bytes).
 
     python scripts/make_sample_video.py                  # writes examples/rainy-street.mp4
-    python scripts/make_sample_video.py --pictures docs/img
+    python scripts/make_sample_video.py --pictures docs/img  # frames of that clip
 
-`--pictures DIR` also writes DIR/rainy-street-frame.png (frame 12 as decoded from the clip,
-what `clearsight derain` reads) and DIR/derained-street-frame.png (that frame derained by the
-bundled `video-derain` model over the whole clip; a couple of minutes on a CPU).
+`--pictures DIR` builds no clip: from the existing one it writes DIR/rainy-street-frame.png
+(frame 12 as decoded, what `clearsight derain` reads) and DIR/derained-street-frame.png (that
+frame derained by the bundled `video-derain` model over the whole clip; ~10 s on a CPU).
 """
 
 from __future__ import annotations
@@ -72,14 +72,15 @@ def write_pictures(clip: Path, folder: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT, help="the clip to write (%(default)s)")
-    ap.add_argument("--pictures", type=Path, help="also write the before/after frames here")
+    ap.add_argument("--out", type=Path, default=OUT, help="the clip (%(default)s)")
+    ap.add_argument("--pictures", type=Path, help="write the before/after frames of the clip here")
     args = ap.parse_args()
-    write_clip(args.out)
-    print(f"{args.out}: {args.out.stat().st_size} bytes")
     if args.pictures is not None:
         write_pictures(args.out, args.pictures)
         print(f"{args.pictures}: rainy-street-frame.png, derained-street-frame.png")
+    else:
+        write_clip(args.out)
+        print(f"{args.out}: {args.out.stat().st_size} bytes")
 
 
 if __name__ == "__main__":
