@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 
 from clearsight.data.synth_rain import RainConfig, streak_layer
-from clearsight.data.synth_rain_video import clip_layers, rainy_clip, synth_rain_video
+from clearsight.data.synth_rain_video import clip_layers, rainy_clip
 from clearsight.errors import ClearsightError, OptionError, VideoReadError
 from clearsight.io import read_image, write_image
 from clearsight.video.frames import open_source
 from clearsight.video.io import VideoWriter
+from clearsight.video.synth_rain import synth_rain_video
 
 ONE_LAYER = RainConfig(
     layers=(1, 1),

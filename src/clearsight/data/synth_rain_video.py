@@ -9,21 +9,18 @@ with longer streaks (nearer, or faster drops: longer motion blur) move faster. T
 composition (added or screen-blended streaks, and the static haze of heavy rain) is the image
 synthesiser's, so a frame of a clip looks like an image of `synth rain` with the same preset.
 
-`synth_rain_video` writes OUT/rain/ and OUT/clean/ as numbered PNG folders matched by name,
-the paired-frames layout that `clearsight eval --video` reads.
+`clearsight.video.synth_rain.synth_rain_video` runs this over a video file or a folder of
+frames (the video readers live above `data/`, docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from clearsight.data.synth_common import SynthReport, check_clean
+from clearsight.data.synth_common import check_clean
 from clearsight.data.synth_rain import (
     PRESETS,
     RainConfig,
@@ -33,7 +30,7 @@ from clearsight.data.synth_rain import (
     preset_config,
     streak_layer,
 )
-from clearsight.errors import ClearsightError, OptionError, VideoReadError
+from clearsight.errors import ClearsightError, OptionError
 
 SPEED_PER_LENGTH = (0.6, 1.2)
 """A layer's speed in pixels per frame, as a multiple of its streak length (the streak is the
@@ -133,46 +130,3 @@ def rainy_clip(
             trans, veil = haze
             out = out * trans + veil * (1.0 - trans)
         yield np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
-
-
-def synth_rain_video(
-    source: str | Path,
-    out: str | Path,
-    *,
-    seed: int = 0,
-    preset: str = "light",
-    fps: float | None = None,
-    max_frames: int | None = None,
-    on_pair: Callable[[Path], None] | None = None,
-) -> SynthReport:
-    """Write OUT/rain/000001.png, ... and OUT/clean/000001.png, ... for a video file or a
-    folder of numbered frames (read at `fps`), at most `max_frames` of them.
-
-    The clean side is the decoded frame written losslessly, so each pair is aligned pixel for
-    pixel. Both folders appear only once every frame is written (`FrameFolderWriter`).
-    """
-    from clearsight.video.frames import FrameFolderWriter, open_source
-
-    if preset not in PRESETS:
-        raise OptionError("preset", f"must be one of {', '.join(PRESETS)}, got {preset!r}")
-    if max_frames is not None and (
-        isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1
-    ):
-        raise OptionError("max_frames", f"must be a whole number >= 1, got {max_frames!r}")
-    out = Path(out)
-    n = 0
-    with contextlib.ExitStack() as stack:
-        reader = stack.enter_context(open_source(source, fps=fps))
-        rain_w = stack.enter_context(FrameFolderWriter(out / "rain"))
-        clean_w = stack.enter_context(FrameFolderWriter(out / "clean"))
-        images = (f.image for f in itertools.islice(reader.frames(), max_frames))
-        clean, to_rain = itertools.tee(images)  # zip takes a clean frame, then its rainy one
-        for frame, rainy in zip(clean, rainy_clip(to_rain, seed, preset), strict=True):
-            path = rain_w.write(rainy)
-            clean_w.write(frame)
-            n += 1
-            if on_pair is not None:
-                on_pair(path)
-        if n == 0:
-            raise VideoReadError(f"{source}: no frames to synthesise rain on")
-    return SynthReport(pairs=n, out=out)
