@@ -122,13 +122,23 @@ def _line_kernel(length: float, angle_deg: float) -> np.ndarray:
 
 def streak_layer(
     h: int, w: int, rng: np.random.Generator, *, density: float, length: float, width: float,
-    brightness: float, angle: float,
+    brightness: float, angle: float, periodic: bool = False,
 ) -> np.ndarray:  # fmt: skip
-    """One HxW float32 streak layer in [0, 1]."""
+    """One HxW float32 streak layer in [0, 1].
+
+    `periodic` makes it tile seamlessly (a streak leaving one side re-enters on the opposite
+    one), so moving rain can wrap around (`clearsight.data.synth_rain_video`).
+    """
     drops = (rng.random((h, w), dtype=np.float32) < density).astype(np.float32)
     drops *= rng.uniform(0.4, 1.0, size=(h, w)).astype(np.float32)
+    # OpenCV's filters have no wrap-around border: pad by the blur and smear reach instead
+    m = int(np.ceil(length + 4 * width)) + 2 if periodic else 0
+    if m:
+        drops = np.pad(drops, m, mode="wrap")
     drops = cv2.GaussianBlur(drops, (0, 0), width)
     layer = cv2.filter2D(drops, -1, _line_kernel(length, angle), borderType=cv2.BORDER_REFLECT)
+    if m:
+        layer = np.ascontiguousarray(layer[m:-m, m:-m])
     nz = layer[layer > 1e-4]
     if nz.size == 0:
         return np.zeros((h, w), np.float32)
