@@ -1,4 +1,4 @@
-"""Build the bundled sample clip `examples/rainy-street.mp4` and its README before/after frames.
+"""Build the bundled sample clip `examples/rainy-coffee-clip.mp4` and its README before/after frames.
 
 How the clip is made (deterministic: the same code gives the same frames):
 - Source: `examples/coffee.jpg`, scikit-image's `coffee` sample (photograph by Rachel
@@ -11,11 +11,11 @@ How the clip is made (deterministic: the same code gives the same frames):
   The frames handed to the encoder are the same on every run; the encoded bytes are not
   quite (x264 runs multi-threaded there, and its output then varies by a few hundred bytes).
 
-    python scripts/make_sample_video.py                  # writes examples/rainy-street.mp4
+    python scripts/make_sample_video.py                  # writes examples/rainy-coffee-clip.mp4
     python scripts/make_sample_video.py --pictures docs/img  # frames of that clip
 
-`--pictures DIR` builds no clip: from the existing one it writes DIR/rainy-street-frame.png
-(frame 12 as decoded, what `clearsight derain` reads) and DIR/derained-street-frame.png (that
+`--pictures DIR` builds no clip: from the existing one it writes DIR/rainy-coffee-clip-frame.png
+(frame 12 as decoded, what `clearsight derain` reads) and DIR/derained-coffee-clip-frame.png (that
 frame derained by the bundled `video-derain` model over the whole clip; ~10 s on a CPU).
 """
 
@@ -35,7 +35,7 @@ from clearsight.video.io import VideoWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "examples" / "coffee.jpg"
-OUT = ROOT / "examples" / "rainy-street.mp4"
+OUT = ROOT / "examples" / "rainy-coffee-clip.mp4"
 SCALED = (450, 300)  # (width, height) the photo is resized to before panning
 WIDTH, HEIGHT, FRAMES, FPS = 320, 240, 24, 12
 START, STEP, TOP = 16, 4, 30  # pan: window x = START + STEP * i, y = TOP
@@ -65,9 +65,9 @@ def write_pictures(clip: Path, folder: Path) -> None:
 
     with open_source(clip) as reader:
         frames = [f.image for f in reader.frames()]
-    write_image(folder / "rainy-street-frame.png", frames[PICTURE_FRAME])
+    write_image(folder / "rainy-coffee-clip-frame.png", frames[PICTURE_FRAME])
     derained = list(restore_frames(frames, video_model(resolve_model("video-derain"))))
-    write_image(folder / "derained-street-frame.png", derained[PICTURE_FRAME])
+    write_image(folder / "derained-coffee-clip-frame.png", derained[PICTURE_FRAME])
 
 
 def main() -> None:
@@ -77,7 +77,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.pictures is not None:
         write_pictures(args.out, args.pictures)
-        print(f"{args.pictures}: rainy-street-frame.png, derained-street-frame.png")
+        print(f"{args.pictures}: rainy-coffee-clip-frame.png, derained-coffee-clip-frame.png")
     else:
         write_clip(args.out)
         print(f"{args.out}: {args.out.stat().st_size} bytes")

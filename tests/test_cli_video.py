@@ -100,3 +100,20 @@ def test_eval_video_scores_a_clip_frame_by_frame(tmp_path: Path) -> None:
     want = np.mean([preset.compute(r, c)["psnr"] for r, c in zip(rain, clean, strict=True)])
     summary = json.loads((out / "summary.json").read_text())
     assert summary["psnr"]["mean"] == pytest.approx(want, abs=1e-6)
+
+
+def test_synth_rain_video_writes_numbered_pairs_for_eval_video(tmp_path: Path) -> None:
+    clip = tmp_path / "clean.mp4"
+    make_video(clip, w=48, h=32, n=6, audio=None)
+    out = tmp_path / "pairs"
+    res = runner.invoke(
+        app, ["synth", "rain", "--video", "--clean", str(clip), "-o", str(out), "--preset",
+              "light", "--max-frames", "4"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (out / "rain").iterdir()) == [f"{i:06d}.png" for i in range(1, 5)]
+    assert sorted(p.name for p in (out / "clean").iterdir()) == [
+        f"{i:06d}.png" for i in range(1, 5)
+    ]
+    scored = runner.invoke(app, ["eval", "--video", "--model", "identity", "--data", str(out)])
+    assert scored.exit_code == 0 and "4 frames" in scored.output, scored.output

@@ -20,7 +20,7 @@ from clearsight.api.compress import (
     prune_report_path,
     quantize,
 )
-from clearsight.api.data import check_data, synth_moire, synth_rain
+from clearsight.api.data import check_data, synth_moire, synth_rain, synth_rain_video
 from clearsight.api.deploy import (
     Export,
     benchmark,
@@ -167,6 +167,7 @@ __all__ = [
     "split_media",
     "synth_moire",
     "synth_rain",
+    "synth_rain_video",
     "thumbnail_collector",
     "train",
     "write_compare_report",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clearsight.errors import ClearsightError
 
@@ -108,3 +108,22 @@ def check_data(
         decode=not quick,
         psnr_floor=psnr_floor,
     )
+
+
+def synth_rain_video(
+    clean: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    preset: str = "light",
+    seed: int = 0,
+    fps: float | None = None,
+    max_frames: int | None = None,
+    on_pair: Callable[[Path], None] | None = None,
+) -> Any:
+    """Rain over a clean video (or a folder of numbered frames read at `fps`) that moves
+    coherently from frame to frame (each layer falls along its own streaks): numbered frame
+    pairs in OUT/rain and OUT/clean, the layout `clearsight eval --video` reads."""
+    from clearsight.video.synth_rain import synth_rain_video as run
+
+    return run(clean, out, seed=seed, preset=preset, fps=fps, max_frames=max_frames,
+               on_pair=on_pair)  # fmt: skip

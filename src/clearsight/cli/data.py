@@ -65,10 +65,33 @@ def synth_rain_cmd(
         int, typer.Option("--workers", help="Worker processes (0: this process; same output).")
     ] = 0,
     max_pixels: MaxPixOpt = None,
+    video: Annotated[
+        bool,
+        typer.Option(
+            "--video",
+            help="--clean is a video (or numbered frames, --fps): rain that moves coherently "
+            "from frame to frame; numbered frame pairs in OUT/rain and OUT/clean.",
+        ),
+    ] = False,
+    fps: Annotated[
+        float | None, typer.Option("--fps", help="With --video: frame rate of a frames folder.")
+    ] = None,
+    max_frames: Annotated[
+        int | None, typer.Option("--max-frames", help="With --video: at most this many frames.")
+    ] = None,
 ) -> None:
     """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
-    from clearsight.api import synth_rain
+    from clearsight.api import synth_rain, synth_rain_video
 
+    if video:
+        with progress() as bar:
+            task = bar.add_task(f"synth rain --video ({preset})", total=None)
+            report = synth_rain_video(
+                clean, out, seed=seed, preset=preset, fps=fps, max_frames=max_frames,
+                on_pair=lambda p: bar.advance(task),
+            )  # fmt: skip
+        console.print(f"wrote {report.pairs} frame pair(s) into {out}/rain and {out}/clean")
+        return
     with progress() as bar:
         task = bar.add_task(f"synth rain ({preset})", total=None)
         report = synth_rain(
