@@ -155,7 +155,8 @@ def test_bad_input_is_one_line_and_a_failure_leaves_nothing(tmp_path: Path) -> N
     with pytest.raises(RuntimeError, match="frame 4"):
         detect_video(Failing(), src, out)
     assert not out.exists() or list(out.iterdir()) == []
-    assert threading.active_count() == 1
+    # the reader and writer threads ended (other tests of this process may leave their own)
+    assert not [t for t in threading.enumerate() if t.name.startswith("clearsight-video")]
     with pytest.raises(RuntimeError, match="frame 4"):
         detect_video(Failing(), src, out, keep_partial=True)
     assert len(read_jsonl(out / "clip.jsonl")) == 3

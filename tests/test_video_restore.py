@@ -97,7 +97,8 @@ def test_model_failure_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="frame 5"):
         restore_video(flaky, src, dst, frames_out=folder)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.mp4"]
-    assert threading.active_count() == 1  # reader and writer threads ended
+    # the reader and writer threads ended (other tests of this process may leave their own)
+    assert not [t for t in threading.enumerate() if t.name.startswith("clearsight-video")]
 
 
 def test_truncated_input_raises_and_keep_partial_keeps_frames(tmp_path: Path) -> None:
