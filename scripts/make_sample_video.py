@@ -1,4 +1,4 @@
-"""Build the bundled sample clip `examples/rainy-coffee-clip.mp4` and its README before/after frames.
+"""Build the bundled sample clip `examples/rainy-coffee-clip.mp4` and its README frames.
 
 How the clip is made (deterministic: the same code gives the same frames):
 - Source: `examples/coffee.jpg`, scikit-image's `coffee` sample (photograph by Rachel
