@@ -117,3 +117,13 @@ def test_synth_rain_video_writes_numbered_pairs_for_eval_video(tmp_path: Path) -
     ]
     scored = runner.invoke(app, ["eval", "--video", "--model", "identity", "--data", str(out)])
     assert scored.exit_code == 0 and "4 frames" in scored.output, scored.output
+
+
+def test_a_folder_of_videos_only_is_restored(tmp_path: Path) -> None:
+    folder = tmp_path / "clips"
+    (folder / "sub").mkdir(parents=True)
+    make_video(folder / "sub" / "a.mp4", w=32, h=32, n=4, audio=None)
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["restore", "--model", "identity", str(folder), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert decoded_times(out / "sub" / "a.mp4") == decoded_times(folder / "sub" / "a.mp4")

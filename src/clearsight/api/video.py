@@ -41,7 +41,14 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     """Videos apart from images: a video file given goes to `OUT/<stem>`, a video inside a
     folder to `OUT/<its path inside the folder>` (as images do); a folder stays an image
     input when it holds images."""
+    from clearsight.errors import ImageReadError
     from clearsight.io import list_images
+
+    def has_images(folder: Path) -> bool:
+        try:
+            return bool(list_images(folder, recursive=True))
+        except ImageReadError:  # a folder without images
+            return False
 
     plan = MediaPlan()
     root = Path(out)
@@ -52,7 +59,7 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         elif p.is_dir():
             found = sorted(v for v in p.rglob("*") if v.is_file() and is_video(v))
             plan.videos += [(v, root / v.relative_to(p).with_suffix("")) for v in found]
-            if not found or list_images(p):
+            if not found or has_images(p):
                 plan.images.append(str(item))
         else:
             plan.images.append(str(item))
