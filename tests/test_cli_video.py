@@ -127,3 +127,14 @@ def test_a_folder_of_videos_only_is_restored(tmp_path: Path) -> None:
     res = runner.invoke(app, ["restore", "--model", "identity", str(folder), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert decoded_times(out / "sub" / "a.mp4") == decoded_times(folder / "sub" / "a.mp4")
+
+
+def test_detect_on_a_mixed_folder_lists_a_bad_video_beside_the_images(
+    mixed: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "det"
+    res = runner.invoke(app, ["detect", str(mixed), "-o", str(out)])
+    assert res.exit_code == 3, res.output  # the images went fine; the broken video did not
+    assert (out / "detections.json").is_file() and (out / "clip.jsonl").is_file()
+    rows = list(csv.DictReader((out / "failures.csv").open()))
+    assert [Path(r["file"]).name for r in rows] == ["broken.mp4"]

@@ -71,15 +71,45 @@ def detect_cmd(
 
     on_ray = engine == "ray"  # the API checks the name
     plan = api.split_media(inputs, out)
+    if plan.videos and on_ray:
+        raise OptionError("engine", "videos run with --engine local (one at a time)")
+    failed: list[Any] = []
+    if plan.images:
+        failed = _detect_images(
+            plan.images, out, model=model, engine=engine, score_threshold=score_threshold,
+            device=device, backend=backend, precision=precision, skip_existing=skip_existing,
+            fail_fast=fail_fast, workers=workers, batch_size=batch_size, address=address,
+        )  # fmt: skip
     if plan.videos:
-        if on_ray:
-            raise OptionError("engine", "videos run with --engine local (one at a time)")
         video = dict(track=track, start=start, duration=duration, crf=crf, codec=codec,
                      keep_partial=keep_partial, score_threshold=score_threshold)  # fmt: skip
-        _detect_videos(plan, out, model, device, fail_fast, video)
-        if not plan.images:
-            return
-        inputs = plan.images
+        failed += _detect_videos(plan, out, model, device, fail_fast, video, failed)
+    if failed:
+        say(f"{len(failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
+        raise typer.Exit(code=EXIT_SOME_FAILED)
+
+
+def _detect_images(
+    inputs: list[str],
+    out: Path,
+    *,
+    model: str,
+    engine: str,
+    score_threshold: float,
+    device: str,
+    backend: str,
+    precision: str,
+    skip_existing: bool | None,
+    fail_fast: bool,
+    workers: int,
+    batch_size: int,
+    address: str | None,
+) -> list[Any]:
+    """The images through `clearsight.api.detect_files` under a progress bar, printing each
+    image and failure and the summary; returns the failed inputs (Ray: exits itself)."""
+    from clearsight import api
+
+    on_ray = engine == "ray"
     try:
         with progress() as bar:
             task = bar.add_task("detecting", total=None)
@@ -122,19 +152,23 @@ def detect_cmd(
         raise
     if on_ray:
         finish_ray(run, lambda s: f"{s.line()}; {s.detections} detection(s) in {s.results_path}")
-        return
+        return []
     say(f"detected in {len(run.items)} image(s); results in {run.results_path}")
     say(run.summary())
-    if run.failed:
-        say(f"{len(run.failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
-        raise typer.Exit(code=EXIT_SOME_FAILED)
+    return list(run.failed)
 
 
 def _detect_videos(
-    plan: Any, out: Path, model: str, device: str, fail_fast: bool, video: dict[str, Any]
-) -> None:
-    """Each video through `clearsight.api.detect_video`, one line each; exits 3 after the
-    images (if any) when a video failed."""
+    plan: Any,
+    out: Path,
+    model: str,
+    device: str,
+    fail_fast: bool,
+    video: dict[str, Any],
+    earlier: list[Any],
+) -> list[Any]:
+    """Each video through `clearsight.api.detect_video`, one line each; returns the videos
+    that failed (OUT/failures.csv then lists them with the `earlier` failed images)."""
     from clearsight import api
 
     detector = api.Detector.from_pretrained(model, device=device)
@@ -146,10 +180,8 @@ def _detect_videos(
         say(f"{source} -> {r.video}  ({r.frames} frames, {r.detections} detection(s))", err=True)
 
     ok, failed, _ = api.run_videos(
-        plan.videos, one, out, fail_fast=fail_fast, on_done=done,
+        plan.videos, one, out, fail_fast=fail_fast, earlier_failed=earlier, on_done=done,
         on_failure=lambda f: say_failed(f.source, f.reason),
     )  # fmt: skip
     say(f"detected in {len(ok)} video(s) into {out}")
-    if failed and not plan.images:
-        say(f"{len(failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
-        raise typer.Exit(code=EXIT_SOME_FAILED)
+    return failed
