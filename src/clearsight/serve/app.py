@@ -1,11 +1,13 @@
-"""The FastAPI app: the page, `/v1/models`, `/v1/restore`, `/v1/detect`, `/healthz`.
+"""The FastAPI app: the page, `/v1/models`, `/v1/restore`, `/v1/detect`, `/v1/jobs`,
+`/healthz`.
 
 Requests are read with a byte cap (413), parsed in memory, sniffed (415), then handed to a
 fixed pool of inference threads so the event loop keeps answering (`/healthz` stays fast
 while images are restored). At most `max_in_flight` images are in the pool at once; the
 next gets 503 with Retry-After. A request past `timeout_s` gets 504 and frees its slot; its
 thread stops at the model's next tile. Every error is JSON `{"error": ...}`, never a
-traceback; a client that disconnects mid-upload is one info line in the log.
+traceback; a client that disconnects mid-upload is one info line in the log. A video is a
+job (`serve/jobs.py`): checked, queued, answered 202 at once, and polled.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import base64
 import logging
 import shutil
 import tempfile
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -35,9 +37,11 @@ from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
 from clearsight.families import FAMILIES, Family
 from clearsight.io import resolve_max_pixels
+from clearsight.serve.jobs import ACTIVE, JobQueue, JobStatus, QueueFull, VideoJob
 from clearsight.serve.limits import ServeLimits
 from clearsight.serve.options import (
     check_fields,
+    check_job_fields,
     field_name,
     flag_true,
     restore_options,
@@ -45,6 +49,7 @@ from clearsight.serve.options import (
 )
 from clearsight.serve.registry import DEFAULT_MODELS, ServedModel, load_models
 from clearsight.serve.sniff import SUPPORTED, sniff_image
+from clearsight.serve.video_work import check_upload, plan_work, upload_suffix
 from clearsight.serve.work import Abandoned, Job, TooManyPixels, detect_job, restore_job
 
 log = logging.getLogger("clearsight.serve")
@@ -79,6 +84,13 @@ class _InMemoryMultiPart(MultiPartParser):
     spool_max_size = 1 << 62
 
 
+class _SpooledMultiPart(MultiPartParser):
+    """For videos: past 1 MiB the upload spills to an anonymous temporary file (mode 0600,
+    unnamed, gone when closed), then is copied into its job's private folder."""
+
+    spool_max_size = 1 << 20
+
+
 class Server:
     """The shared state behind the routes: models, limits, pool, slots, private folder."""
 
@@ -88,19 +100,26 @@ class Server:
         self.pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="clearsight-infer")
         self.root = Path(tempfile.mkdtemp(prefix="clearsight-serve-"))  # mode 0700
         self.in_flight = 0
+        self.jobs = JobQueue(
+            self.root / "jobs",
+            workers=limits.job_workers,
+            max_jobs=limits.max_jobs,
+            keep=limits.keep_jobs,
+        )
 
     def close(self) -> None:
+        self.jobs.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def model(self, name: str | None, family: Family) -> ServedModel:
+    def model(self, name: str | None, family: Family | None = None) -> ServedModel:
         if not name:
             raise ApiError(422, "field 'model' is missing; see GET /v1/models")
         served = self.models.get(name)
         if served is None:
             known = ", ".join(self.models)
             raise ApiError(404, f"unknown model {name!r}; this server has: {known}")
-        if (family is Family.DETECTION) != served.is_detector:
+        if family is not None and (family is Family.DETECTION) != served.is_detector:
             other = FAMILIES[served.loaded.family].serve_endpoint
             raise ApiError(422, f"model {name!r} is a {served.task!r} model; send it to {other}")
         return served
@@ -108,12 +127,23 @@ class Server:
     async def read_form(self, request: Request) -> tuple[bytes, dict[str, str]]:
         """The `image` bytes and the text fields, the body read with the upload cap."""
         limit = self.limits.max_upload_bytes
+        async with self.form(request, "image", limit, _InMemoryMultiPart) as (upload, fields):
+            return await upload.read(), fields
+
+    @asynccontextmanager
+    async def form(
+        self, request: Request, file_field: str, limit: int, parser: type[MultiPartParser]
+    ) -> AsyncIterator[tuple[UploadFile, dict[str, str]]]:
+        """The one uploaded file `file_field` and the text fields, the body read with the
+        upload cap `limit`; the upload is closed when the block ends."""
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit + 64 * 1024:
             raise ApiError(413, _too_big(int(declared), limit))
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith("multipart/form-data"):
-            raise ApiError(415, "send a multipart/form-data body with the file field 'image'")
+            raise ApiError(
+                415, f"send a multipart/form-data body with the file field {file_field!r}"
+            )
 
         async def capped() -> AsyncGenerator[bytes, None]:
             total = 0
@@ -124,28 +154,32 @@ class Server:
                 yield chunk
 
         try:
-            parsed = await _InMemoryMultiPart(
-                request.headers, capped(), max_files=1, max_fields=32
-            ).parse()
+            parsed = await parser(request.headers, capped(), max_files=1, max_fields=32).parse()
         except MultiPartException as exc:
             raise ApiError(400, f"malformed form: {exc.message}") from None
         fields: dict[str, str] = {}
-        data: bytes | None = None
+        upload: UploadFile | None = None
         try:
             for key, value in parsed.multi_items():
                 if isinstance(value, UploadFile):
-                    if key != "image":
-                        raise OptionError(key, "unexpected file field; send the image as 'image'")
-                    data = await value.read()
+                    if key != file_field:
+                        raise OptionError(
+                            key, f"unexpected file field; send the {file_field} as {file_field!r}"
+                        )
+                    upload = value
                 else:
                     fields[key] = value
+            if upload is None:
+                raise ApiError(
+                    422,
+                    f"field {file_field!r} is missing: attach the {file_field} file as "
+                    f"{file_field!r}",
+                )
+            if upload.size is not None and upload.size > limit:
+                raise ApiError(413, _too_big(upload.size, limit))
+            yield upload, fields
         finally:
             await parsed.close()  # every upload, also when a field is refused
-        if data is None:
-            raise ApiError(422, "field 'image' is missing: attach the image file as 'image'")
-        if len(data) > limit:
-            raise ApiError(413, _too_big(len(data), limit))
-        return data, fields
 
     def job(self, data: bytes) -> Job:
         fmt = sniff_image(data)
@@ -154,6 +188,59 @@ class Server:
                 415, f"the uploaded file is not an image this server reads ({SUPPORTED})"
             )
         return Job(data, fmt, self.root, self.max_pixels)
+
+    def job_room(self) -> None:
+        """503 with Retry-After when no video job could be queued now."""
+        try:
+            self.jobs.check_room()
+        except QueueFull:
+            raise self.queue_full() from None
+
+    def queue_full(self) -> ApiError:
+        return ApiError(
+            503,
+            f"the server has {self.limits.max_jobs} video jobs queued or running, its "
+            "limit; retry later",
+            {"Retry-After": str(self.limits.job_retry_after_s)},
+        )
+
+    def find_job(self, job_id: str) -> VideoJob:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise ApiError(
+                404,
+                f"unknown job {job_id!r} (a finished job is kept until "
+                f"{self.limits.keep_jobs} newer ones have finished)",
+            )
+        return job
+
+    async def submit_video(self, request: Request) -> VideoJob:
+        """Read, check and queue a video job (refusals are answered before it is queued)."""
+        limits = self.limits
+        self.job_room()  # before reading a large upload
+        async with self.form(request, "video", limits.max_video_bytes, _SpooledMultiPart) as (
+            upload,
+            fields,
+        ):
+            served = self.model(fields.get("model"))
+            check_job_fields(fields, served.loaded.family)
+            work = plan_work(served, fields, self.max_pixels)
+            job = self.jobs.new(served.name, served.loaded.family, upload_suffix(upload.filename))
+            try:
+                await upload.seek(0)
+                await asyncio.to_thread(_save, upload.file, job.upload)
+            except BaseException:
+                self.jobs.discard(job)
+                raise
+        try:
+            await asyncio.to_thread(check_upload, job, self.max_pixels, limits.max_video_seconds)
+            self.jobs.submit(job, work)
+        except QueueFull:
+            raise self.queue_full() from None
+        except BaseException:
+            self.jobs.discard(job)
+            raise
+        return job
 
     async def run(self, job: Job, fn: Callable[[], T]) -> T:
         """Run `fn` on an inference thread within a slot; 503 when none is free, 504 late."""
@@ -186,6 +273,32 @@ def _size(n: int) -> str:
 def _too_big(size: int, limit: int, at_least: bool = False) -> str:
     more = "over " if at_least else ""
     return f"the upload is {more}{_size(size)}; the server's limit is {_size(limit)}"
+
+
+def _save(src: IO[bytes], dst: Path) -> None:
+    with open(dst, "xb") as out:
+        shutil.copyfileobj(src, out, 1 << 20)
+
+
+def _result_file(job: VideoJob, part: str | None) -> tuple[Path, str, str]:
+    """The file `GET /v1/jobs/{id}/result` answers: (path, media type, download name)."""
+    if job.status is not JobStatus.DONE:
+        if job.status in ACTIVE:
+            total = f" of {job.total_frames}" if job.total_frames else ""
+            why = f"is {job.status.value} ({job.frames_done}{total} frames done)"
+        elif job.status is JobStatus.FAILED:
+            why = f"failed: {job.error}"
+        else:
+            why = "was cancelled"
+        raise ApiError(409, f"job {job.id} {why}; a result exists once its status is done")
+    key = (part or "video").strip().lower()
+    if key == "video" and job.result is not None:
+        return job.result, "video/mp4", f"clearsight-{job.id}.mp4"
+    if key == "detections":
+        if job.detections is None:
+            raise ApiError(404, f"job {job.id} ran a restoration model; it has no detections")
+        return job.detections, "application/x-ndjson", f"clearsight-{job.id}.jsonl"
+    raise OptionError("part", f"expected video or detections, got {part!r}")
 
 
 def _png_b64(data: bytes) -> str:
@@ -226,6 +339,7 @@ def create_app(
             "models": len(server.models),
             "in_flight": server.in_flight,
             "max_in_flight": server.limits.max_in_flight,
+            "jobs": server.jobs.active(),
         }
 
     @app.get("/v1/models", summary="The loaded models and the tasks each serves")
@@ -237,6 +351,11 @@ def create_app(
                 "max_pixels": server.max_pixels,
                 "max_in_flight": server.limits.max_in_flight,
                 "timeout_s": server.limits.timeout_s,
+                "max_video_bytes": server.limits.max_video_bytes,
+                "max_video_seconds": server.limits.max_video_seconds,
+                "max_jobs": server.limits.max_jobs,
+                "job_workers": server.limits.job_workers,
+                "keep_jobs": server.limits.keep_jobs,
             },
         }
 
@@ -302,12 +421,62 @@ def create_app(
             body["image_png"] = _png_b64(drawn)
         return JSONResponse(body)
 
+    @app.post(
+        "/v1/jobs",
+        status_code=202,
+        summary="Queue a video (any model): 202 with the job's id and URLs, then poll it",
+        openapi_extra=_form_schema(
+            {
+                "model": "name from GET /v1/models (restoration or detection)",
+                "tile": "restorers: tile size in pixels (0: never tile; empty: automatic)",
+                "tta": "restorers: none, flip or x8",
+                "scales": "restorers: comma-separated scales",
+                "stages": "restorers: all, auto or a number",
+                "stage_threshold": "restorers: with stages=auto",
+                "temporal": "restorers: true blends each frame with the warped previous one",
+                "score_threshold": "detectors: keep boxes scoring at least this (0-1)",
+                "track": "detectors: true keeps an object's id across frames (ByteTrack)",
+            },
+            file_field="video",
+        ),
+    )
+    async def submit_job(request: Request) -> JSONResponse:
+        job = await server.submit_video(request)
+        body = job.describe()
+        return JSONResponse(body, 202, headers={"Location": body["urls"]["status"]})
+
+    @app.get("/v1/jobs/{job_id}", summary="A video job: status, progress (frames, fps, ETA)")
+    async def job_status(job_id: str) -> dict[str, Any]:
+        return server.find_job(job_id).describe()
+
+    @app.get(
+        "/v1/jobs/{job_id}/result",
+        summary="A done job's video (mp4), or with part=detections a detector's JSON lines",
+        responses={200: {"content": {"video/mp4": {}, "application/x-ndjson": {}}}},
+    )
+    async def job_result(job_id: str, part: str | None = None) -> FileResponse:
+        path, media, name = _result_file(server.find_job(job_id), part)
+        return FileResponse(
+            path, media_type=media, filename=name, content_disposition_type="inline"
+        )
+
+    @app.delete(
+        "/v1/jobs/{job_id}", summary="Cancel a queued or running job, or delete a finished one"
+    )
+    async def delete_job(job_id: str) -> dict[str, Any]:
+        job = server.find_job(job_id)
+        if job.status in ACTIVE:
+            server.jobs.cancel(job)
+            return job.describe()
+        server.jobs.delete(job)
+        return {"id": job.id, "status": "deleted"}
+
     return app
 
 
-def _form_schema(fields: dict[str, str]) -> dict[str, Any]:
+def _form_schema(fields: dict[str, str], file_field: str = "image") -> dict[str, Any]:
     """The multipart request body for the docs (the route parses the form itself, with caps)."""
-    props: dict[str, Any] = {"image": {"type": "string", "format": "binary"}}
+    props: dict[str, Any] = {file_field: {"type": "string", "format": "binary"}}
     props.update({k: {"type": "string", "description": v} for k, v in fields.items()})
     return {
         "requestBody": {
@@ -316,7 +485,7 @@ def _form_schema(fields: dict[str, str]) -> dict[str, Any]:
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
-                        "required": ["image", "model"],
+                        "required": [file_field, "model"],
                         "properties": props,
                     }
                 }

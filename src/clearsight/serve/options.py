@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
 from clearsight.errors import OptionError
+from clearsight.families import Family
 
 if TYPE_CHECKING:
     from clearsight.engine.inference import InferenceOptions
@@ -20,6 +21,12 @@ RESTORE_FIELDS = ("tile", "tta", "scales", "stages", "stage_threshold")
 DETECT_FIELDS = ("score_threshold",)
 OUTPUT_FIELDS = {"restore": ("format",), "detect": ("draw",)}
 COMMON_FIELDS = ("image", "model")
+JOB_FIELDS = {
+    Family.RESTORATION: ("video", "model", *RESTORE_FIELDS, "temporal"),
+    Family.DETECTION: ("video", "model", *DETECT_FIELDS, "track"),
+}
+"""`POST /v1/jobs`: the video, its model, and the options of the model's family (as the
+video commands' flags: `--temporal` for restorers, `--track` for detectors)."""
 FIELD_FOR_OPTION = {"ensemble": "tta"}
 """`InferenceOptions` fields whose form field (like the CLI flag) has another name."""
 
@@ -39,6 +46,14 @@ def check_fields(fields: Mapping[str, str], kind: str) -> None:
     for name in fields:
         if name not in known:
             raise OptionError(name, f"unknown field; known: {', '.join(known)}")
+
+
+def check_job_fields(fields: Mapping[str, str], family: Family) -> None:
+    """Refuse a field a video job of this family does not take."""
+    known = JOB_FIELDS[family]
+    for name in fields:
+        if name not in known:
+            raise OptionError(name, f"unknown field for this model; known: {', '.join(known)}")
 
 
 def _int_or_none(name: str, text: str | None) -> int | None:
