@@ -1,8 +1,13 @@
 // clearsight page: pick an image, a task and a model; POST it to the JSON API; show the
 // result (before/after slider, or labelled boxes), the latency and a download link.
+// A video is a job (POST /v1/jobs): its progress is polled, then input and result play
+// side by side.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const state = { models: [], file: null, url: null, resultUrl: null };
+const state = { models: [], file: null, url: null, resultUrl: null, job: null };
+const VIDEO_NAME = /\.(mp4|mov|mkv|avi|webm|m4v)$/i;
+
+function isVideo(file) { return file.type.startsWith("video/") || VIDEO_NAME.test(file.name); }
 const TASK_NAMES = { derain: "Remove rain", demoire: "Remove moiré", detect: "Detect objects" };
 
 function showError(message) {
@@ -34,8 +39,15 @@ function fillModels() {
   const task = $("task").value;
   $("model").innerHTML = "";
   for (const m of state.models) if (m.tasks.includes(task)) $("model").add(new Option(m.name, m.name));
+  showOptions();
+}
+
+function showOptions() {
+  const task = $("task").value;
   for (const el of document.querySelectorAll(".restore-only")) el.hidden = task === "detect";
   for (const el of document.querySelectorAll(".detect-only")) el.hidden = task !== "detect";
+  const video = state.file !== null && isVideo(state.file);
+  for (const el of document.querySelectorAll(".video-only")) el.hidden = !video || task === "detect";
   updateRun();
 }
 
@@ -47,10 +59,10 @@ function setFile(file) {
   state.file = file;
   if (state.url) URL.revokeObjectURL(state.url);
   state.url = URL.createObjectURL(file);
-  $("thumb").src = state.url;
-  $("thumb").hidden = false;
+  $("thumb").hidden = isVideo(file);
+  if (!isVideo(file)) $("thumb").src = state.url;
   $("drop-text").textContent = file.name + " (" + (file.size / 1024).toFixed(0) + " KB)";
-  updateRun();
+  showOptions();
 }
 
 function setProgress(text, fraction) {
@@ -100,6 +112,7 @@ function stem() { return (state.file.name.replace(/\.[^.]*$/, "") || "image"); }
 
 function showRestored(body) {
   $("detections").hidden = true;
+  $("videos").hidden = true;
   $("compare").hidden = false;
   $("before").src = state.url;
   $("after").src = pngUrl(body.image_png);
@@ -113,6 +126,7 @@ function colour(i) { return "hsl(" + Math.round((i * 137.508) % 360) + ", 85%, 4
 
 function showDetections(body) {
   $("compare").hidden = true;
+  $("videos").hidden = true;
   $("detections").hidden = false;
   $("det-image").src = state.url;
   const boxes = $("boxes");
@@ -149,6 +163,63 @@ function setSplit(pct) {
   $("divider").style.left = pct + "%";
 }
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function jobText(body) {
+  const p = body.progress;
+  let text = body.status + " · frame " + p.frames_done;
+  if (p.total_frames) text += " of " + p.total_frames;
+  if (p.fps) text += " · " + p.fps.toFixed(1) + " fps";
+  if (p.eta_s !== null) text += " · " + Math.ceil(p.eta_s) + " s left";
+  return text;
+}
+
+async function runJob(task) {
+  const data = new FormData();
+  data.append("video", state.file);
+  data.append("model", $("model").value);
+  if (task === "detect") {
+    data.append("score_threshold", $("score").value || "0.3");
+  } else {
+    data.append("tta", $("tta").value);
+    if ($("tile").value !== "") data.append("tile", $("tile").value);
+    if ($("temporal").checked) data.append("temporal", "true");
+  }
+  let body = await post("/v1/jobs", data);
+  state.job = body.id;
+  $("cancel").hidden = false;
+  while (body.status === "queued" || body.status === "running") {
+    const p = body.progress;
+    setProgress(jobText(body), p.total_frames ? p.frames_done / p.total_frames : null);
+    await sleep(500);
+    const resp = await fetch(body.urls.status);
+    const next = await resp.json();
+    if (!resp.ok) throw new Error(next.error || resp.statusText);
+    body = next;
+  }
+  if (body.status === "failed") throw new Error(body.error);
+  if (body.status !== "done") throw new Error("the job was " + body.status);
+  $("compare").hidden = true;
+  $("detections").hidden = true;
+  $("videos").hidden = false;
+  $("video-before").src = state.url;
+  $("video-after").src = body.urls.result;
+  $("download").href = body.urls.result;
+  $("download").download = stem() + "-" + body.model + ".mp4";
+  $("download-lines").hidden = !body.urls.detections;
+  if (body.urls.detections) {
+    $("download-lines").href = body.urls.detections;
+    $("download-lines").download = stem() + "-detections.jsonl";
+  }
+  $("latency").textContent = body.model + " · " + body.progress.frames_done + " frames · " +
+    (body.finished - body.started).toFixed(1) + " s";
+  $("result").hidden = false;
+}
+
+function cancelJob() {
+  if (state.job) fetch("/v1/jobs/" + state.job, { method: "DELETE" });
+}
+
 async function run(event) {
   event.preventDefault();
   if (!state.file) return;
@@ -156,6 +227,19 @@ async function run(event) {
   $("result").hidden = true;
   $("run").disabled = true;
   const task = $("task").value;
+  if (isVideo(state.file)) {
+    try {
+      await runJob(task);
+    } catch (err) {
+      showError(err.message);
+    } finally {
+      state.job = null;
+      $("cancel").hidden = true;
+      $("progress").hidden = true;
+      updateRun();
+    }
+    return;
+  }
   const data = new FormData();
   data.append("image", state.file);
   data.append("model", $("model").value);
@@ -171,6 +255,7 @@ async function run(event) {
   }
   try {
     const body = await post(url, data);
+    $("download-lines").hidden = true;
     if (task === "detect") showDetections(body); else showRestored(body);
     $("latency").textContent = body.model + " · " + body.width + "×" + body.height +
       " · " + body.latency_ms.toFixed(0) + " ms";
@@ -187,6 +272,7 @@ $("file").addEventListener("change", () => setFile($("file").files[0]));
 $("task").addEventListener("change", fillModels);
 $("model").addEventListener("change", updateRun);
 $("split").addEventListener("input", () => setSplit($("split").value));
+$("cancel").addEventListener("click", cancelJob);
 $("form").addEventListener("submit", run);
 const drop = $("drop");
 for (const kind of ["dragenter", "dragover"]) drop.addEventListener(kind, (e) => {
