@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from typer.testing import CliRunner
 
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -345,3 +346,37 @@ def test_shutdown_stops_a_running_job_and_removes_every_file(tmp_path: Path) -> 
     assert time.monotonic() - t0 < 5.0
     assert not root.exists()
     assert net.calls < 60  # the running job stopped instead of finishing the clip
+
+
+def test_the_serve_command_passes_its_job_limits_with_the_same_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import clearsight.serve
+    from clearsight.cli import app as cli_app
+    from clearsight.errors import ClearsightError
+
+    seen: list[ServeLimits] = []
+
+    def fake_app(models: Any, limits: ServeLimits, device: str = "cpu") -> Any:
+        seen.append(limits)
+        raise ClearsightError("stopped by the test")
+
+    monkeypatch.setattr(clearsight.serve, "create_app", fake_app)
+    threads = torch.get_num_threads()
+    runner = CliRunner()
+    try:
+        base = ["serve", "--models", "identity", "--port", "0", "--workers", "1"]
+        assert runner.invoke(cli_app, base).exit_code == 1
+        more = ["--max-video-mb", "1", "--max-video-seconds", "2.5", "--job-workers", "2"]
+        more += ["--max-jobs", "3", "--keep-jobs", "5"]
+        assert runner.invoke(cli_app, base + more).exit_code == 1
+        refused = runner.invoke(cli_app, [*base, "--max-jobs", "0"])
+    finally:
+        torch.set_num_threads(threads)
+    defaults, given = seen
+    reference = ServeLimits(workers=1)
+    for name in ("max_video_bytes", "max_video_seconds", "job_workers", "max_jobs", "keep_jobs"):
+        assert getattr(defaults, name) == getattr(reference, name), name
+    assert (given.max_video_bytes, given.max_video_seconds) == (1024 * 1024, 2.5)
+    assert (given.job_workers, given.max_jobs, given.keep_jobs) == (2, 3, 5)
+    assert refused.exit_code == 1 and "--max-jobs: must be > 0, got 0" in refused.output

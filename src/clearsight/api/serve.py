@@ -31,6 +31,11 @@ def serve(
     max_upload_mb: float = 25.0,
     timeout: float = 120.0,
     max_pixels: int | None = None,
+    max_video_mb: float = 200.0,
+    max_video_seconds: float = 60.0,
+    job_workers: int = 1,
+    max_jobs: int = 4,
+    keep_jobs: int = 20,
     device: str = "cpu",
     on_ready: Callable[[Serving], None] | None = None,
 ) -> None:
@@ -40,7 +45,10 @@ def serve(
     Binds `host` (loopback by default) and `port` (0: any free port) before loading the
     models, so a bad or busy address fails first. `workers` inference threads (0: half the
     cores), `max_in_flight` images at once (0: twice the workers; more get 503), uploads up
-    to `max_upload_mb`, `timeout` seconds per request (then 504). `on_ready(serving)` is
+    to `max_upload_mb`, `timeout` seconds per request (then 504). Videos are jobs
+    (`POST /v1/jobs`): up to `max_video_mb` and `max_video_seconds`, `job_workers` at a
+    time, `max_jobs` queued or running (more get 503), `keep_jobs` finished ones kept
+    (docs/serving.md#video-jobs). `on_ready(serving)` is
     called once the models are loaded, before the server runs. Returns when stopped
     (Ctrl-C). Raises `ClearsightError` when fastapi/uvicorn are missing, for a bad limit,
     address or model, or when the server does not start.
@@ -60,6 +68,11 @@ def serve(
         ("--max-in-flight", max_in_flight, 0),
         ("--max-upload-mb", max_upload_mb, 1e-6),
         ("--timeout", timeout, 1e-6),
+        ("--max-video-mb", max_video_mb, 1e-6),
+        ("--max-video-seconds", max_video_seconds, 1e-6),
+        ("--job-workers", job_workers, 1),
+        ("--max-jobs", max_jobs, 1),
+        ("--keep-jobs", keep_jobs, 1),
     ):
         if not value >= low:
             raise ClearsightError(f"{flag_name}: must be {'> 0' if low else '>= 0'}, got {value}")
@@ -69,6 +82,11 @@ def serve(
         workers=workers,
         max_in_flight=max_in_flight,
         timeout_s=timeout,
+        max_video_bytes=max(1, int(max_video_mb * 1024 * 1024)),
+        max_video_seconds=max_video_seconds,
+        job_workers=job_workers,
+        max_jobs=max_jobs,
+        keep_jobs=keep_jobs,
     )
     sockets = bind_sockets(host, port)  # a bad or busy address fails before the models load
     try:

@@ -44,6 +44,25 @@ def serve_cmd(
         float, typer.Option("--timeout", help="Seconds before a request gets 504.")
     ] = 120.0,
     max_pixels: MaxPixOpt = None,
+    max_video_mb: Annotated[
+        float, typer.Option("--max-video-mb", help="Largest video accepted as a job, in MB.")
+    ] = 200.0,
+    max_video_seconds: Annotated[
+        float, typer.Option("--max-video-seconds", help="Longest video accepted as a job.")
+    ] = 60.0,
+    job_workers: Annotated[
+        int, typer.Option("--job-workers", help="Video jobs run at once, each on a thread.")
+    ] = 1,
+    max_jobs: Annotated[
+        int,
+        typer.Option("--max-jobs", help="Video jobs queued or running at once; more get 503."),
+    ] = 4,
+    keep_jobs: Annotated[
+        int,
+        typer.Option(
+            "--keep-jobs", help="Finished video jobs kept; the oldest go with their files."
+        ),
+    ] = 20,
     device: DeviceOpt = "cpu",
 ) -> None:
     """Serve the loaded models over HTTP: a page at /, the JSON API at /v1, docs at /docs."""
@@ -67,6 +86,11 @@ def serve_cmd(
         max_upload_mb=max_upload_mb,
         timeout=timeout,
         max_pixels=max_pixels,
+        max_video_mb=max_video_mb,
+        max_video_seconds=max_video_seconds,
+        job_workers=job_workers,
+        max_jobs=max_jobs,
+        keep_jobs=keep_jobs,
         device=device,
         on_ready=ready,
     )
