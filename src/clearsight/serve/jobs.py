@@ -82,8 +82,8 @@ class VideoJob:
     """For a video whose header gives no duration: the most frames the limit allows."""
 
     def on_start(self, total: int | None) -> None:
+        """The pipeline's start callback (it must not raise: the pipeline owns nothing yet)."""
         self.total_frames = total
-        self.check()
 
     def on_frame(self, done: int, fps: float) -> None:
         """The pipeline's per-frame callback: progress, and the way out when cancelled."""
@@ -217,9 +217,12 @@ class JobQueue:
 
     def _run(self, job: VideoJob, work: Work) -> None:
         with self.lock:
-            if job.cancel.is_set():
-                return
-            job.status, job.started, job.busy = JobStatus.RUNNING, time.time(), True
+            cancelled = job.cancel.is_set()
+            if not cancelled:
+                job.status, job.started, job.busy = JobStatus.RUNNING, time.time(), True
+        if cancelled:  # cancelled as this thread picked it up
+            shutil.rmtree(job.folder, ignore_errors=True)
+            return
         error: str | None = None
         try:
             work(job)
