@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -380,3 +381,27 @@ def test_the_serve_command_passes_its_job_limits_with_the_same_defaults(
     assert (given.max_video_bytes, given.max_video_seconds) == (1024 * 1024, 2.5)
     assert (given.job_workers, given.max_jobs, given.keep_jobs) == (2, 3, 5)
     assert refused.exit_code == 1 and "--max-jobs: must be > 0, got 0" in refused.output
+
+
+def test_a_video_without_a_stated_duration_is_stopped_at_the_limit(
+    clip: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some WebM recordings state no duration: the limit is then counted in frames."""
+    import dataclasses
+
+    import clearsight.video.io as video_io
+
+    real = video_io.probe_video
+
+    def no_duration(path: Any, **kw: Any) -> Any:
+        return dataclasses.replace(real(path, **kw), duration=None, rate=Fraction(10))
+
+    monkeypatch.setattr(video_io, "probe_video", no_duration)
+    limits = ServeLimits(workers=1, max_video_seconds=0.5)  # 5 frames at 10 fps
+    with TestClient(create_app({"id": loaded(nn.Identity())}, limits)) as client:
+        job_id = queued(client, clip)
+        failed = finished(client, job_id)
+        assert failed["status"] == "failed"
+        assert "more than 5 frames" in failed["error"] and "\n" not in failed["error"]
+        assert failed["progress"]["frames_done"] == 6
+        assert not (jobs_root(client) / job_id).exists()
