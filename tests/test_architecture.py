@@ -118,7 +118,9 @@ def test_the_rule_catches_a_late_upward_import(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ family questions
 ALLOWED = ("families.py", "runtime/", "models/")
-TASK_COMPARE = re.compile(r"""[!=]=\s*["'](detect|derain|demoire|any|restoration|detection)["']""")
+TASK_COMPARE = re.compile(
+    r"""[!=]=\s*["'](detect|derain|demoire|any|video-derain|restoration|detection)["']"""
+)
 ORT_ISINSTANCE = re.compile(r"isinstance\([^)]*\b(OrtModel|OrtDetector)\b")
 CONTRACT = (
     "task", "task_family", "pad_multiple", "receptive_radius", "output_kind",
@@ -157,6 +159,7 @@ def test_no_family_question_outside_the_table(name: str, pattern: re.Pattern[str
 
 def test_the_patterns_catch_what_they_are_for() -> None:
     assert TASK_COMPARE.search('if loaded.config.task == "detect":')
+    assert TASK_COMPARE.search("if spec.task != 'video-derain':")
     assert ORT_ISINSTANCE.search("isinstance(loaded.model, OrtModel | OrtDetector)")
     assert PROBE.search('getattr(model, "pad_multiple", 1)')
     assert not PROBE.search('getattr(args, "device", None)')

@@ -105,7 +105,7 @@ class ModelConfig:
             return cls(
                 architecture=str(d["architecture"]),
                 arch_args=dict(d.get("arch_args") or {}),
-                task=str(d["task"]),
+                task=_RENAMED_TASKS.get((str(d["architecture"]), str(d["task"])), str(d["task"])),
                 preprocess=PreprocessSpec.from_dict(d.get("preprocess") or {}, source),
                 metric_preset=str(d.get("metric_preset", "rgb")),
                 layer_shapes=_shapes(d.get("layer_shapes"), source),
@@ -119,6 +119,10 @@ class ModelConfig:
         except KeyError as exc:
             raise ArtifactError(f"{source}: missing key {exc.args[0]!r}") from None
 
+
+# Tasks an architecture was once saved under: S2VD artifacts and ONNX files made before the
+# video family (docs/architecture.md §1.1) say "derain", which would run them frame by frame.
+_RENAMED_TASKS = {("s2vd", "derain"): "video-derain"}
 
 # The JSON type of each top-level config field (when present and not null).
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {

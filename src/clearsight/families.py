@@ -1,9 +1,10 @@
-"""The table of task families: the one place where restoration and detection differ.
+"""The table of task families: the one place where restoration, detection and video differ.
 
-A *task* is what an architecture is registered for (`derain`, `demoire`, `any`, `detect`);
-a *family* groups the tasks that share a runner, a training task, an evaluator and a
-default metric. Everything that must behave differently per family looks the family up
-here (`family_of`, `FAMILIES`) instead of comparing task strings or asking a model's class.
+A *task* is what an architecture is registered for (`derain`, `demoire`, `any`, `detect`,
+`video-derain`); a *family* groups the tasks that share a runner, a training task, an
+evaluator and a default metric. Everything that must behave differently per family looks
+the family up here (`family_of`, `FAMILIES`) instead of comparing task strings or asking a
+model's class.
 
 The table names each family's parts by import path (`"package.module:Name"`), resolved on
 first use (`FamilyRow.load`). That keeps this module low in the import order (it imports
@@ -30,6 +31,9 @@ class Family(enum.Enum):
 
     RESTORATION = "restoration"
     DETECTION = "detection"
+    VIDEO = "video"
+    """Models that restore a window of frames at once (S2VD). Image models run on video too,
+    frame by frame (`engine.video_window.PerFrame`); they stay in their own family."""
 
 
 class Backend(enum.Enum):
@@ -50,9 +54,11 @@ class FamilyRow:
     tasks: tuple[str, ...]
     """Registry task names of this family (`register_model(task=...)`)."""
     runner: str
-    """Runs a loaded model on images: `Runner(loaded, ...)`."""
+    """Runs a loaded model on its inputs (images; a video family's windows of frames):
+    `Runner(loaded, ...)`."""
     file_run: str
-    """Runs it over files and folders into an output folder (names mirrored, failures.csv)."""
+    """Runs the runner over files into an output (images: a folder with the names mirrored
+    and failures.csv; videos: one video or frame folder)."""
     evaluator: str
     """Scores it on a data folder of this family's layout (`clearsight eval`)."""
     default_metric: str
@@ -102,6 +108,20 @@ FAMILIES: dict[Family, FamilyRow] = {
         export_layouts=("decoded", "astar"),
         serve_endpoint="/v1/detect",
         ray_task="clearsight.scale.detect_ray:detect_files_ray",
+    ),
+    Family.VIDEO: FamilyRow(
+        family=Family.VIDEO,
+        tasks=("video-derain",),
+        runner="clearsight.engine.video_window:Windowed",
+        file_run="clearsight.video.restore:restore_video",
+        evaluator="clearsight.video.evaluate:evaluate_video",
+        default_metric="psnr",
+        training_task="clearsight.engine.video_train:VideoRestorationTask",
+        export_layouts=(),
+        serve_endpoint="/v1/jobs",
+        # --engine ray runs images; a video model there restores each image as a one-frame
+        # clip, as the restoration family's task does (videos run with --engine local)
+        ray_task="clearsight.scale.ray_engine:restore_files_ray",
     ),
 }
 

@@ -114,12 +114,13 @@ def evaluate_video(model: Any, pairs: Any, out: str | os.PathLike[str] | None = 
     `per_frame.csv` and `summary.json` to `out`. See `clearsight.video.evaluate`."""
     from clearsight.api.models import load_model
     from clearsight.artifact import LoadedModel
-    from clearsight.engine.video_window import Windowed, restore_frames, video_model
+    from clearsight.engine.video_window import restore_frames, video_model
+    from clearsight.families import Family
     from clearsight.video.evaluate import evaluate_video as run
 
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
-    vm = video_model(loaded)
-    if isinstance(vm, Windowed):
+    if loaded.family is Family.VIDEO:
+        vm = video_model(loaded)
         return run(lambda frames: restore_frames(frames, vm), pairs, out, clip=True, **options)
     from clearsight.engine.inference import Restorer
 

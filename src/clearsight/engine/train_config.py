@@ -69,6 +69,8 @@ class DataConfig:
     name_map: str | None = None
     order: str = "clean-rain"  # side-by-side halves
     patch_size: int = 64
+    frames: int = 0
+    """Video models: frames per training window (0: the architecture's window, S2VD's 24)."""
     batch_size: int = 16
     workers: int = 0
     cache: str = "memory"  # memory | none
@@ -227,7 +229,7 @@ POSITIVE |= {"train.log_every", "train.val_every", "train.ckpt_every", "train.na
 POSITIVE |= {"optim.lr"}
 NON_NEGATIVE = {"data.workers", "train.max_rollbacks", "val.max_images", "train.clip_grad_norm"}
 NON_NEGATIVE |= {"optim.weight_decay", "schedule.warmup_steps", "schedule.min_lr"}
-NON_NEGATIVE |= {"schedule.restart_step"}
+NON_NEGATIVE |= {"schedule.restart_step", "data.frames"}
 NON_NEGATIVE |= {"train.max_minutes", "distill.weight", "distill.task_weight"}
 NON_NEGATIVE |= {"distill.feature_weight"}
 POSITIVE |= {"distill.temperature"}

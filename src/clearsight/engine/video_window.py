@@ -15,7 +15,8 @@ applies: each window takes what context exists.) Frames are padded to the model'
 (S2VD: even) and cropped back, and optionally cut into spatial tiles (4K) by the model's own
 exact tiled path. Outputs are clamped to [0, 1], as the official test does.
 
-Any image model runs through the same interface: `PerFrame` wraps a callable on one frame
+`video_model` picks the runner by the model's family (`Family.VIDEO`: `Windowed`). Any image
+model runs through the same interface: `PerFrame` wraps a callable on one frame
 ([1,3,H,W] -> [1,3,H,W], such as `Restorer.restore`) as a window of one frame without
 context, so a benchmark or the CLI treats video and image models alike.
 """
@@ -31,6 +32,7 @@ import torch
 
 from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
+from clearsight.families import Family
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple
@@ -152,9 +154,10 @@ class PerFrame:
 def video_model(
     loaded: LoadedModel, *, device: str | torch.device = "cpu", tile: int | None = None
 ) -> VideoModel:
-    """`Windowed` for a model whose preprocessing declares a window (S2VD), else the image
-    model frame by frame through the engine's `Restorer` (its own padding and tiling)."""
-    if "window_frames" in loaded.config.preprocess.extra:
+    """The family's runner (docs/architecture.md §1.1): `Windowed` for a video model (S2VD),
+    else the image model frame by frame through the engine's `Restorer` (its own padding
+    and tiling)."""
+    if loaded.family is Family.VIDEO:
         return Windowed(loaded, device=device, tile=tile)
     from clearsight.engine.inference import InferenceOptions, Restorer
 

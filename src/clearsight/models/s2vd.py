@@ -194,7 +194,7 @@ class WindowGraph(nn.Module):
 
 @register_model(
     "s2vd",
-    task="derain",
+    task="video-derain",
     description="S2VD video derainer (CVPR 2021), 3-D convs over 24-frame windows: 525,260 params",
     metric_preset="y-matlab",
     preprocess=PREPROCESS,

@@ -21,19 +21,13 @@ import cv2
 import numpy as np
 
 from clearsight.atomic import atomic_dir
+from clearsight.data.video_pairs import frame_key
 from clearsight.errors import ClearsightError, OptionError, VideoReadError, VideoWriteError
 from clearsight.io import list_images, read_image, to_uint8
 from clearsight.video.io import Frame, VideoInfo, VideoReader, _seconds
 
 FRAME_NAME = "{:06d}.png"
-_NUMBER = re.compile(r"(\d+)")
 _WRITTEN = re.compile(r"^\d+\.png$")
-
-
-def _frame_key(path: Path) -> tuple[int, str]:
-    """Sort by the last number in the name (frame_2 before frame_10), then by name."""
-    numbers = _NUMBER.findall(path.stem)
-    return (int(numbers[-1]) if numbers else -1, path.name)
 
 
 def list_frames(folder: str | Path) -> list[Path]:
@@ -43,7 +37,7 @@ def list_frames(folder: str | Path) -> list[Path]:
         files = list_images(p)
     except ClearsightError as exc:
         raise VideoReadError(str(exc)) from exc
-    return sorted(files, key=_frame_key)
+    return sorted(files, key=frame_key)
 
 
 def check_fps(fps: float | None, what: str = "fps") -> Fraction:
