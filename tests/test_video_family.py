@@ -84,3 +84,12 @@ def test_an_s2vd_artifact_saved_as_derain_still_loads_as_video(tmp_path: Path) -
     rescan = load_model("default-derain")
     save_artifact(rescan.model, tmp_path / "r", rescan.config)
     assert load_artifact(tmp_path / "r").family is Family.RESTORATION
+
+
+def test_a_served_video_derainer_is_offered_for_derain_only() -> None:
+    """The page lists a model under what it removes: S2VD derains (its task is not one of
+    the page's, which once listed it under demoire too)."""
+    from clearsight.serve.registry import ServedModel
+
+    assert ServedModel("video-derain", _toy_s2vd()).tasks() == ["derain"]
+    assert ServedModel("identity", load_model("identity")).tasks() == ["derain", "demoire"]

@@ -23,7 +23,16 @@ from typing import Any
 
 from clearsight.errors import UnknownNameError
 
-__all__ = ["FAMILIES", "REFERENCES", "Backend", "Family", "FamilyRow", "family_of", "row_for"]
+__all__ = [
+    "FAMILIES",
+    "REFERENCES",
+    "Backend",
+    "Family",
+    "FamilyRow",
+    "RESTORES",
+    "family_of",
+    "row_for",
+]
 
 
 class Family(enum.Enum):
@@ -126,6 +135,10 @@ FAMILIES: dict[Family, FamilyRow] = {
 }
 
 _BY_TASK = {task: row.family for row in FAMILIES.values() for task in row.tasks}
+
+RESTORES: dict[str, str] = {"derain": "derain", "demoire": "demoire", "video-derain": "derain"}
+"""What a restoring task removes (the command and page task that run it); a task not here
+(`any`: identity-like models) serves every restoration."""
 
 
 def family_of(task: str) -> Family:

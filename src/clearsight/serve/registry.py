@@ -39,7 +39,10 @@ class ServedModel:
         """The page's tasks this model serves ("any": identity-like models do both restorations)."""
         if self.is_detector:
             return ["detect"]
-        return list(RESTORE_TASKS) if self.task not in RESTORE_TASKS else [self.task]
+        from clearsight.families import RESTORES
+
+        restores = RESTORES.get(self.task)
+        return [restores] if restores else list(RESTORE_TASKS)
 
     def describe(self) -> dict[str, Any]:
         cfg = self.loaded.config
