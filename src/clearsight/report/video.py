@@ -267,7 +267,7 @@ def line_plot_svg(
 
 _VIDEO_CSS = """
 .player{display:flex;flex-wrap:wrap;gap:10px}
-.player figure video{display:block;max-width:min(46vw,640px);height:auto;background:#000}
+.player figure video{display:block;width:min(46vw,640px);height:auto;background:#000}
 .strip{display:flex;flex-direction:column;gap:10px}
 .frame{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px;cursor:pointer}
 .frame .cap{font-size:13px;margin-bottom:6px}.frame .cap b{font-family:monospace}
