@@ -67,8 +67,11 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
 
 
 def video_output(stem: Path, source: Path, keep_container: bool) -> Path:
-    """`stem.mp4`, or `stem` with the source's own suffix when `keep_container`."""
-    return stem.with_suffix(source.suffix.lower() if keep_container else ".mp4")
+    """`stem.mp4`, or `stem` with the source's own suffix when `keep_container` (a folder of
+    numbered frames has none: .mp4). The suffix is added, not swapped: `my.clip` becomes
+    `my.clip.mp4`, not `my.mp4`."""
+    suffix = source.suffix.lower() if keep_container and is_video(source) else ".mp4"
+    return stem.with_name(stem.name + suffix)
 
 
 def restore_video(
