@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from clearsight.api import evaluate_video as api_evaluate_video
 from clearsight.cli import app
+from clearsight.errors import VideoReadError
 from clearsight.io import write_image
 from clearsight.metrics.presets import get_preset
 from clearsight.report.video import VideoReportCollector, write_video_report
@@ -187,3 +188,19 @@ def test_cli_eval_video_writes_the_report_beside_the_scores_or_at_report(tmp_pat
               "--report", str(elsewhere)],
     )  # fmt: skip
     assert bad.exit_code != 0 and "--fps" in bad.output and "> 0" in bad.output
+
+
+def test_a_frame_of_another_size_is_one_line_naming_it_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    _folder(tmp_path / "clip", 4)
+    odd = np.zeros((20, 30, 3), np.uint8)
+    write_image(tmp_path / "clip" / "rain" / "00003.png", odd)
+    write_image(tmp_path / "clip" / "clean" / "00003.png", odd)
+    out = tmp_path / "out"
+    with (
+        pytest.raises(VideoReadError, match=r"^frame 00003: the input frame is 30x20, the first"),
+        VideoReportCollector(out / "report.html") as col,
+    ):
+        evaluate_video(lambda im: im, tmp_path / "clip", out, on_start=col.start, on_frame=col)
+    assert not out.exists() or sorted(p.name for p in out.iterdir()) == []

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from clearsight.errors import OptionError, VideoReadError
 from clearsight.metrics.image_metrics import psnr
 from clearsight.metrics.presets import PEAK, get_preset
 from clearsight.out_paths import check_output_file
@@ -77,8 +78,6 @@ class VideoReportCollector:
     ) -> None:
         self.page = check_output_file(page, "report")
         if isinstance(strip, bool) or not isinstance(strip, int) or strip < 1:
-            from clearsight.errors import OptionError
-
             raise OptionError("strip", f"must be a whole number >= 1, got {strip!r}")
         self.preset = get_preset(preset)
         self.strip = strip
@@ -91,6 +90,7 @@ class VideoReportCollector:
         self.kept: dict[int, _Thumbs] = {}
         self.videos = player_paths(self.page)
         self._writers: list[VideoWriter] = []
+        self.size: tuple[int, int] = (0, 0)
 
     # -- the evaluator's hooks -----------------------------------------------------------
     def start(self, total: int | None, rate: Fraction) -> None:
@@ -99,12 +99,19 @@ class VideoReportCollector:
     def __call__(self, f: ClipFrame) -> None:
         if not self._writers:
             h, w = f.input.shape[:2]
+            self.size = (w, h)
             self.page.parent.mkdir(parents=True, exist_ok=True)
             for path in self.videos:
                 self._writers.append(
                     VideoWriter(path, width=w, height=h, time_base=1 / self.rate,
                                 rate=self.rate, crf=self.crf)
                 )  # fmt: skip
+        for what, img in (("input", f.input), ("restored", f.restored)):
+            if (img.shape[1], img.shape[0]) != self.size:
+                raise VideoReadError(
+                    f"frame {f.name}: the {what} frame is {img.shape[1]}x{img.shape[0]}, the "
+                    f"first was {self.size[0]}x{self.size[1]}; a clip's frames share one size"
+                )
         for writer, img in zip(self._writers, (f.input, f.restored), strict=True):
             writer.write(np.ascontiguousarray(img), f.index)
         if f.clean is not None:
