@@ -152,13 +152,13 @@ def test_bad_input_is_one_line_and_a_failure_leaves_nothing(tmp_path: Path) -> N
                 raise RuntimeError("detector failed on frame 4")
             return super().detect_batch(images, *a, **k)
 
-    with pytest.raises(RuntimeError, match="frame 4"):
-        detect_video(Failing(), src, out)
+    with pytest.raises(RuntimeError, match="frame 4"):  # one frame per call: fails at frame 4
+        detect_video(Failing(), src, out, batch_size=1)
     assert not out.exists() or list(out.iterdir()) == []
     # the reader and writer threads ended (other tests of this process may leave their own)
     assert not [t for t in threading.enumerate() if t.name.startswith("clearsight-video")]
     with pytest.raises(RuntimeError, match="frame 4"):
-        detect_video(Failing(), src, out, keep_partial=True)
+        detect_video(Failing(), src, out, keep_partial=True, batch_size=1)
     assert len(read_jsonl(out / "clip.jsonl")) == 3
     assert len(decoded_times(out / "clip.mp4")) == 3
 

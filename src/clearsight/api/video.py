@@ -67,8 +67,11 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
 
 
 def video_output(stem: Path, source: Path, keep_container: bool) -> Path:
-    """`stem.mp4`, or `stem` with the source's own suffix when `keep_container`."""
-    return stem.with_suffix(source.suffix.lower() if keep_container else ".mp4")
+    """`stem.mp4`, or `stem` with the source's own suffix when `keep_container` (a folder of
+    numbered frames has none: .mp4). The suffix is added, not swapped: `my.clip` becomes
+    `my.clip.mp4`, not `my.mp4`."""
+    suffix = source.suffix.lower() if keep_container and is_video(source) else ".mp4"
+    return stem.with_name(stem.name + suffix)
 
 
 def restore_video(
@@ -106,12 +109,20 @@ def detect_video(model: Any, source: str | os.PathLike[str], out: str | os.PathL
     return run(model, source, out, **options)
 
 
-def evaluate_video(model: Any, pairs: Any, out: str | os.PathLike[str] | None = None,
-                   **options: Any) -> Any:  # fmt: skip
+def evaluate_video(
+    model: Any,
+    pairs: Any,
+    out: str | os.PathLike[str] | None = None,
+    *,
+    report: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> Any:
     """Restore a clip with `model` and score it per frame (PSNR/SSIM under `preset`, warping
     error): `pairs` is a folder with the input frames (`rain/`, `moire/` or `input/`) and
     `clean/`, or two video files. A video model (S2VD) restores it by windows. Writes
-    `per_frame.csv` and `summary.json` to `out`. See `clearsight.video.evaluate`."""
+    `per_frame.csv` and `summary.json` to `out`; `report`: an HTML page there (per-frame
+    plots, a frame strip, a before/after player whose two clips go beside it;
+    `clearsight.report.video`). See `clearsight.video.evaluate`."""
     from clearsight.api.models import load_model
     from clearsight.artifact import LoadedModel
     from clearsight.engine.video_window import restore_frames, video_model
@@ -121,10 +132,21 @@ def evaluate_video(model: Any, pairs: Any, out: str | os.PathLike[str] | None = 
     loaded = model if isinstance(model, LoadedModel) else load_model(model)
     if loaded.family is Family.VIDEO:
         vm = video_model(loaded)
-        return run(lambda frames: restore_frames(frames, vm), pairs, out, clip=True, **options)
-    from clearsight.engine.inference import Restorer
+        fn: Any = lambda frames: restore_frames(frames, vm)  # noqa: E731
+        options["clip"] = True
+    else:
+        from clearsight.engine.inference import Restorer
 
-    return run(Restorer(loaded), pairs, out, **options)
+        fn = Restorer(loaded)
+    if report is None:
+        return run(fn, pairs, out, **options)
+    from clearsight.report.video import VideoReportCollector, write_video_report
+
+    with VideoReportCollector(report, preset=options.get("preset", "y-matlab")) as collector:
+        result = run(fn, pairs, out, on_start=collector.start, on_frame=collector, **options)
+    write_video_report(result, collector, model=model, pairs=pairs, loaded=loaded)
+    result.files += [collector.page, *collector.videos]
+    return result
 
 
 def run_videos(

@@ -154,3 +154,19 @@ KeepContainerOpt = Annotated[
         "--keep-container", help="Videos: write the input's container (.mkv, .mov) not .mp4."
     ),
 ]
+FpsOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--fps",
+        help="A folder given is one video of numbered frames (00001.png, ...) at this frame "
+        "rate, restored to OUT/<folder name>.mp4 (default: a folder is read as images).",
+    ),
+]
+FramesOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--frames-out",
+        help="Videos: also write each restored video as numbered PNGs here "
+        "(DIR/<video name>/ when there are several).",
+    ),
+]

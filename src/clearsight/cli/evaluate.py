@@ -120,6 +120,14 @@ def eval_cmd(
     clean: Annotated[
         Path | None, typer.Option("--clean", help="With --video: the clean video for DATA.")
     ] = None,
+    fps: Annotated[
+        float | None,
+        typer.Option(
+            "--fps",
+            help="With --video: the frame rate of DATA's numbered frames, for the report's "
+            "player (default 25; a video keeps its own).",
+        ),
+    ] = None,
 ) -> None:
     """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
     folder; a clip with --video); per-image CSV and summary JSON."""
@@ -127,7 +135,8 @@ def eval_cmd(
 
     api.check_max_pixels(max_pixels)
     if video:
-        _eval_video(model, data, clean, out, preset or "y-matlab", save_images)
+        page = report if report is not None else (out / "report.html" if out else None)
+        _eval_video(model, data, clean, out, preset or "y-matlab", save_images, page, fps)
         return
     if api.model_family(model) is api.Family.DETECTION:
         _eval_detection(model, data, out, device, report, report_k)
@@ -217,13 +226,27 @@ def _metrics_table(result: EvalResult, options: InferenceOptions, model: str, da
 
 
 def _eval_video(
-    model: str, data: Path, clean: Path | None, out: Path | None, preset: str, save: bool
+    model: str,
+    data: Path,
+    clean: Path | None,
+    out: Path | None,
+    preset: str,
+    save: bool,
+    report: Path | None,
+    fps: float | None,
 ) -> None:
-    """`clearsight eval --video`: one clip restored and scored frame by frame."""
+    """`clearsight eval --video`: one clip restored and scored frame by frame; the HTML
+    report (OUT/report.html, or --report) with its player's two clips beside it."""
     from clearsight import api
 
+    if out is not None:
+        api.check_output_folder(out, "--out")
+    if report is not None:
+        api.check_output_file(report, "--report")
     pairs: Any = data if clean is None else (data, clean)
-    res = api.evaluate_video(model, pairs, out, preset=preset, save_images=save)
+    res = api.evaluate_video(
+        model, pairs, out, preset=preset, save_images=save, report=report, fps=fps
+    )
     summary = res.summary
     for key in ("psnr", "ssim", "warping_error", "flicker"):
         value = summary.get(key, {})
@@ -233,3 +256,5 @@ def _eval_video(
     say(f"{summary.get('frames', len(res.rows))} frames, preset {preset}")
     if out is not None:
         say(f"wrote {out / 'per_frame.csv'} and {out / 'summary.json'}")
+    if report is not None:
+        say(f"wrote report {report}")

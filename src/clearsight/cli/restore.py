@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,6 +25,8 @@ from clearsight.cli._options import (
     DurationOpt,
     EngineOpt,
     FailFastOpt,
+    FpsOpt,
+    FramesOutOpt,
     KeepContainerOpt,
     KeepPartialOpt,
     MaxPixOpt,
@@ -85,11 +88,13 @@ def restore_images(
     architecture's, named in the error). `options` are `InferenceOptions` fields; a
     `scales` text is parsed here. Videos among the inputs (or in their folders) are restored
     with `video_model` (default: `model`) into OUT/<name>.mp4, with the `video` options
-    (start, duration, codec, crf, temporal, keep_partial, keep_container)."""
+    (start, duration, codec, crf, temporal, keep_partial, keep_container, and fps: folders
+    given are then numbered-frame videos; frames_out: numbered PNGs of each)."""
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
-    plan = api.split_media(inputs, out)
+    video = dict(video or {})
+    plan = _media_plan(inputs, out, video.get("fps"), video.get("frames_out"))
     on_ray = api.check_engine(engine) == "ray"
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
@@ -114,13 +119,38 @@ def restore_images(
     failed = _restore_videos(
         plan.videos, out, video_model or model, verb=verb, max_pixels=max_pixels,
         fail_fast=fail_fast, earlier=account.failed if account is not None else [],
-        device=options.get("device", "cpu"), tile=options.get("tile"), video=video or {},
+        device=options.get("device", "cpu"), tile=options.get("tile"), video=video,
     )  # fmt: skip
     earlier = len(account.failed) if account is not None else 0
     if failed or earlier:
         say(f"{len(failed) + earlier} input(s) failed; see {out / 'failures.csv'}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)
     return account
+
+
+def _media_plan(inputs: list[str], out: Path, fps: float | None, frames_out: Path | None) -> Any:
+    """Images apart from videos (`clearsight.api.split_media`); with --fps, each folder
+    given is one video of numbered frames, restored to OUT/<folder name>.mp4."""
+    from clearsight import api
+
+    if fps is not None and (not math.isfinite(fps) or fps <= 0):
+        raise OptionError("fps", f"must be a frame rate > 0, got {fps:g}")
+    if frames_out is not None:
+        api.check_output_folder(frames_out, "--frames-out")
+    folders = [Path(i) for i in inputs if fps is not None and Path(i).is_dir()]
+    plan = api.split_media([i for i in inputs if Path(i) not in folders], out)
+    plan.videos = [(f, out / f.resolve().name) for f in folders] + plan.videos
+    if frames_out is not None and not plan.videos:
+        raise OptionError("frames_out", "writes the frames of videos; no video among the inputs")
+    return plan
+
+
+def _frames_folder(frames_out: Path | None, out: Path, target: Path, several: bool) -> Any:
+    """--frames-out DIR for one video; DIR/<its path under OUT, without suffix> for several."""
+    if frames_out is None or not several:
+        return frames_out
+    rel = target.relative_to(out)
+    return frames_out / rel.with_name(rel.name.removesuffix(rel.suffix))
 
 
 def _restore_videos(
@@ -141,12 +171,14 @@ def _restore_videos(
     from clearsight import api
 
     keep_container = bool(video.pop("keep_container", False))
+    frames_out = video.pop("frames_out", None)
     loaded = api.load_model(model, device=device)
 
     def one(source: Path, target: Path) -> Any:
+        frames = _frames_folder(frames_out, out, target, len(videos) > 1)
         return api.restore_video(
             loaded, source, target, device=device, tile=tile, max_pixels=max_pixels,
-            progress=True, **video,
+            progress=True, frames_out=frames, **video,
         )  # fmt: skip
 
     def done(source: Path, target: Path, r: Any) -> None:
@@ -317,6 +349,8 @@ def restore_cmd(
     temporal: TemporalOpt = False,
     keep_partial: KeepPartialOpt = False,
     keep_container: KeepContainerOpt = False,
+    fps: FpsOpt = None,
+    frames_out: FramesOutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Restore images with MODEL; outputs mirror the input names under OUT."""
@@ -327,7 +361,8 @@ def restore_cmd(
         tile=tile, ensemble=tta, scales=scales, device=device, backend=backend,
         stages=stages, stage_threshold=stage_threshold, precision=precision,
         video=dict(start=start, duration=duration, crf=crf, codec=codec, temporal=temporal,
-                   keep_partial=keep_partial, keep_container=keep_container),
+                   keep_partial=keep_partial, keep_container=keep_container, fps=fps,
+                   frames_out=frames_out),
     )  # fmt: skip
 
 
@@ -371,6 +406,8 @@ def derain_cmd(
     temporal: TemporalOpt = False,
     keep_partial: KeepPartialOpt = False,
     keep_container: KeepContainerOpt = False,
+    fps: FpsOpt = None,
+    frames_out: FramesOutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Remove rain from images (bundled RESCAN) and videos (bundled S2VD, see `models`)."""
@@ -382,7 +419,8 @@ def derain_cmd(
         batch_size=batch_size, tile=tile, ensemble=tta, device=device, backend=backend,
         stages=stages, stage_threshold=stage_threshold, precision=precision,
         video=dict(start=start, duration=duration, crf=crf, codec=codec, temporal=temporal,
-                   keep_partial=keep_partial, keep_container=keep_container),
+                   keep_partial=keep_partial, keep_container=keep_container, fps=fps,
+                   frames_out=frames_out),
     )  # fmt: skip
 
 
@@ -416,6 +454,8 @@ def demoire_cmd(
     temporal: TemporalOpt = False,
     keep_partial: KeepPartialOpt = False,
     keep_container: KeepContainerOpt = False,
+    fps: FpsOpt = None,
+    frames_out: FramesOutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
@@ -426,5 +466,6 @@ def demoire_cmd(
         batch_size=batch_size, tile=tile, ensemble=tta, scales=scales, device=device,
         backend=backend, precision=precision,
         video=dict(start=start, duration=duration, crf=crf, codec=codec, temporal=temporal,
-                   keep_partial=keep_partial, keep_container=keep_container),
+                   keep_partial=keep_partial, keep_container=keep_container, fps=fps,
+                   frames_out=frames_out),
     )  # fmt: skip

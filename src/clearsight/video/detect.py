@@ -12,8 +12,9 @@ in 0.31. docs/video.md.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from clearsight.engine.detector import Detections
 
 DEFAULT_SCORE_THRESHOLD = 0.3  # as `clearsight detect` (engine/detector.py)
+DEFAULT_BATCH = 4
+"""Frames per detector call: one forward pass for several frames of one size."""
 
 
 @dataclass
@@ -186,6 +189,7 @@ def detect_video(
     max_pixels: int | None = None,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
+    batch_size: int = DEFAULT_BATCH,
     progress: bool = False,
     on_start: Callable[[int | None], None] | None = None,
     on_frame: Callable[[int, float], None] | None = None,
@@ -199,9 +203,13 @@ def detect_video(
     "label", "track_id" (with `track`; null until ByteTrack confirms the track)}]}.
 
     Both files appear atomically when complete (`keep_partial` keeps what was done before a
-    failure, and the error is still raised); the other options are `restore_video`'s.
+    failure, and the error is still raised); `batch_size` frames go through the detector in
+    one call (the boxes are those of one frame at a time; at most `2 * queue_size + 3 +
+    batch_size` frames are alive); the other options are `restore_video`'s.
     """
     threshold = _check_threshold(score_threshold)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise OptionError("batch_size", f"must be a whole number >= 1, got {batch_size!r}")
     if isinstance(detector, str | Path):
         from clearsight.engine.detector import Detector
 
@@ -236,8 +244,8 @@ def detect_video(
     counts = {"boxes": 0}
     track_ids: set[int] = set()
 
-    def step(frame: Frame) -> np.ndarray:
-        dets = detector.detect_batch([frame.image], detect_at, iou_threshold, max_detections)[0]
+    def finish(frame: Frame, dets: Detections) -> np.ndarray:
+        """Track, record and draw one frame's boxes, in frame order."""
         ids = None
         if tracker is not None:
             ids = _track(tracker, dets, frame.time)
@@ -255,11 +263,20 @@ def detect_video(
             dets = replace(dets, names=[n if i is None else f"#{i} {n}" for i, n in named])
         return detector.draw(frame.image, dets)
 
+    def batched(frames: Iterator[Frame]) -> Iterator[tuple[np.ndarray, int]]:
+        """`batch_size` decoded frames per detector call, then each frame in order."""
+        while batch := list(itertools.islice(frames, batch_size)):
+            images = [f.image for f in batch]
+            found = detector.detect_batch(images, detect_at, iou_threshold, max_detections)
+            for frame, dets in zip(batch, found, strict=True):
+                yield finish(frame, dets), frame.pts
+
     try:
         done, seconds, _ = run_pipeline(
             reader,
             writers,
-            step,
+            None,
+            stream=batched,
             start=start,
             duration=duration,
             keep_partial=keep_partial,

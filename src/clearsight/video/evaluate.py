@@ -7,7 +7,9 @@ by a clip function (an iterator of frames in, one out: a model that looks at a w
 frames), and scored with `clearsight.metrics.warping.score_frames`: PSNR/SSIM per frame
 under a metric preset and Lai et al.'s warping error with the flow from the clean frames.
 Without clean frames only the flicker (the warping error along the input's flow) is
-measured. Everything streams, a frame at a time. docs/video.md.
+measured. Everything streams, a frame at a time. `on_start`/`on_frame` hand each frame's
+input, restored and clean images, aligned by index, to an observer (the HTML report,
+`clearsight.report.video`). docs/video.md.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import io
 import itertools
 import json
 import math
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +34,7 @@ from clearsight.io import read_image, to_uint8, write_image
 from clearsight.metrics._errors import ShapeMismatchError
 from clearsight.metrics.warping import flicker, score_frames
 from clearsight.out_paths import check_output_folder
-from clearsight.video.frames import FRAME_NAME, list_frames, open_source
+from clearsight.video.frames import FRAME_NAME, check_fps, list_frames, open_source
 from clearsight.video.restore import frame_function
 
 INPUT_FOLDERS = ("rain", "moire", "input")
@@ -40,6 +44,19 @@ SUMMARY_JSON = "summary.json"
 IMAGES_FOLDER = "restored"
 
 ClipFn = Callable[[Iterator[np.ndarray]], Iterable[np.ndarray]]
+DEFAULT_RATE = Fraction(25)
+"""The frame rate given to a folder of frames when none is (for a report's player)."""
+
+
+@dataclass
+class ClipFrame:
+    """One frame of a clip as the evaluator saw it: what `on_frame` receives."""
+
+    index: int
+    name: str
+    input: np.ndarray
+    restored: np.ndarray
+    clean: np.ndarray | None
 
 
 @dataclass
@@ -59,6 +76,8 @@ class _Clip:
     """Frame names (the input files' stems); None for a video: 000001, 000002, ..."""
     inputs: Callable[[], Iterator[np.ndarray]]
     clean: Callable[[], Iterator[np.ndarray]] | None
+    video: Path | None = None
+    """The input video (None for a folder of frames)."""
 
     def name(self, i: int) -> str:
         if self.names is not None and i < len(self.names):
@@ -110,7 +129,17 @@ def _video_clip(input_path: Path, clean_path: Path | None, fps: float | None) ->
     clean = None
     if clean_path is not None:
         clean = lambda: _video_frames(clean_path, fps)  # noqa: E731
-    return _Clip(None, lambda: _video_frames(input_path, fps), clean)
+    return _Clip(None, lambda: _video_frames(input_path, fps), clean, video=input_path)
+
+
+def _frames_and_rate(data: _Clip, fps: float | None) -> tuple[int | None, Fraction]:
+    """The clip's frame count (None when a video does not say) and frame rate: the input
+    video's, or `fps` (default 25) for a folder of frames."""
+    if data.video is None:
+        rate = check_fps(fps) if fps is not None else DEFAULT_RATE
+        return (len(data.names) if data.names is not None else None), rate
+    with open_source(data.video) as reader:
+        return reader.info.frames, reader.info.rate or DEFAULT_RATE
 
 
 def _clip(pairs: Any, fps: float | None) -> _Clip:
@@ -173,6 +202,8 @@ def evaluate_video(
     save_images: bool = False,
     fps: float | None = None,
     clip: bool = False,
+    on_start: Callable[[int | None, Fraction], None] | None = None,
+    on_frame: Callable[[ClipFrame], None] | None = None,
 ) -> VideoEvalResult:
     """Restore a clip with `model` and score it against its clean frames.
 
@@ -184,20 +215,27 @@ def evaluate_video(
     iterator of frames to an iterable of restored frames (a window model). With `out_dir`:
     `per_frame.csv` (name, psnr, ssim, warping_error; or name, flicker), `summary.json`,
     and with `save_images` the restored frames as `restored/<input stem>.png`, each
-    written atomically.
+    written atomically. `on_start(frames or None, frame rate)` once, then `on_frame` with
+    each frame's input, restored and clean images (a `ClipFrame`), in order; `fps` is the
+    frame rate of a folder of frames (default 25).
     """
     out = check_output_folder(out_dir, "out_dir") if out_dir is not None else None
     if save_images and out is None:
         raise OptionError("save_images", "needs an out_dir to write the frames into")
+    if fps is not None:
+        check_fps(fps)
     data = _clip(pairs, fps)
     files: list[Path] = []
 
     model = _model(model, clip)
+    if on_start is not None:
+        on_start(*_frames_and_rate(data, fps))
+    tap = _Tap(data, on_frame)
     with _ImageSaver(out / IMAGES_FOLDER if save_images and out else None, data) as saver:
         if data.clean is not None:
-            outputs = saver.wrap(_restored(model, data.inputs(), clip))
+            outputs = tap.outputs(saver.wrap(_restored(model, tap.inputs(data.inputs()), clip)))
             try:
-                score = score_frames(outputs, data.clean(), preset=preset)
+                score = score_frames(outputs, tap.clean(data.clean()), preset=preset)
             except ShapeMismatchError as exc:
                 where = f"frame {data.name(max(0, saver.count - 1))}"
                 raise ShapeMismatchError(f"{_describe(pairs)}: {where}: {exc}") from exc
@@ -219,7 +257,8 @@ def evaluate_video(
             }
         else:
             model_in, guides = itertools.tee(data.inputs())  # in lockstep: one frame buffered
-            outputs = saver.wrap(_restored(model, model_in, clip))
+            restored = saver.wrap(_restored(model, tap.inputs(model_in), clip))
+            outputs = tap.without_clean(restored)
             result = flicker(outputs, guides)
             if saver.count == 0:
                 raise PairingError(f"{pairs}: no frames to score")
@@ -242,6 +281,51 @@ def _write_scores(out: Path, rows: list[dict[str, Any]], summary: dict[str, Any]
     atomic_write_text(out / PER_FRAME_CSV, buf.getvalue())
     atomic_write_text(out / SUMMARY_JSON, json.dumps(summary, indent=2) + "\n")
     return [out / PER_FRAME_CSV, out / SUMMARY_JSON]
+
+
+class _Tap:
+    """Hands `on_frame` each frame's input, restored and clean images, aligned by index: a
+    clip model reads ahead of what it returns, so the inputs it read wait in a queue (as
+    many as the model holds) until their restored frame comes out. Does nothing without
+    `on_frame`."""
+
+    def __init__(self, clip: _Clip, on_frame: Callable[[ClipFrame], None] | None) -> None:
+        self.clip = clip
+        self.on_frame = on_frame
+        self._inputs: deque[np.ndarray] = deque()
+        self._restored: deque[np.ndarray] = deque()
+        self._done = 0
+
+    def inputs(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        for img in frames:
+            if self.on_frame is not None:
+                self._inputs.append(img)
+            yield img
+
+    def outputs(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        for img in frames:
+            if self.on_frame is not None:
+                self._restored.append(img)
+            yield img
+
+    def clean(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        """The clean frames, as `score_frames` reads them: each after its restored frame."""
+        for img in frames:
+            if self.on_frame is not None and self._inputs and self._restored:
+                self._emit(self._inputs.popleft(), self._restored.popleft(), img)
+            yield img
+
+    def without_clean(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+        for img in frames:
+            if self.on_frame is not None and self._inputs:
+                self._emit(self._inputs.popleft(), img, None)
+            yield img
+
+    def _emit(self, inp: np.ndarray, restored: np.ndarray, clean: np.ndarray | None) -> None:
+        assert self.on_frame is not None
+        i = self._done
+        self.on_frame(ClipFrame(i, self.clip.name(i), inp, restored, clean))
+        self._done += 1
 
 
 class _ImageSaver:
@@ -273,4 +357,4 @@ class _ImageSaver:
             self._ctx.__exit__(*exc)
 
 
-__all__ = ["VideoEvalResult", "evaluate_video"]
+__all__ = ["ClipFrame", "VideoEvalResult", "evaluate_video"]
