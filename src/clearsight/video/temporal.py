@@ -104,8 +104,10 @@ class StatsSmoother:
         self.weight = float(weight)
         self.layout = net.stats_layout()
         self.state: torch.Tensor | None = None
+        self.own: list[torch.Tensor] = []
+        """Per frame, its own [N, sites, C] statistics (for tests and plots)."""
         self.history: list[torch.Tensor] = []
-        """Per frame, the [N, sites, C] statistics the model used (for tests and plots)."""
+        """Per frame, the [N, sites, C] statistics the model used: the moving average."""
 
     @torch.inference_mode()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -118,6 +120,7 @@ class StatsSmoother:
         if len(rec) < sites:
             return self.restore(x)
         own = torch.stack(rec[:sites], dim=1)
+        self.own.append(own.detach().cpu())
         if self.state is None or self.state.shape != own.shape:
             self.state = own
         else:
