@@ -3,7 +3,7 @@ blend, the tone smoothing, and both (issue #51's target: warping error down at l
 against per frame, PSNR down at most 0.1 dB).
 
     python benchmarks/video_temporal.py [--photo examples/coffee.jpg] [--frames 40]
-        [--width 192] [--height 144] [--seed 0] [--model default-demoire] [--threads 2]
+        [--width 192] [--height 144] [--seed 0] [--model default-demoire] [--threads 1]
         [--strength 0.5] [--max-change 0.06] [--stats-weight 0.3] [--json FILE]
 
 The clip is made here, the same for the same arguments: a clean "video" of a camera panning
@@ -14,16 +14,19 @@ runs once per frame as `clearsight demoire` runs it on a video (`Restorer`, torc
 and the rows are:
 
 * `per frame`: the model alone;
-* `blend`: those outputs through `TemporalBlend` (flow-warped previous output, Lai et al.'s
-  occlusion tests, `--strength`, `--max-change`);
+* `blend (--temporal)`: those outputs through `TemporalBlend` (flow-warped previous output,
+  Lai et al.'s occlusion tests, `--strength`, `--max-change`): what `--temporal` runs;
 * `tone smoothing`: the model with its five global tone vectors averaged over frames
-  (`StatsSmoother`, `--stats-weight` for the new frame);
-* `both`: what `--temporal` runs;
+  (`StatsSmoother`, `--stats-weight` for the new frame; `restore_video(smooth_tone=True)`);
+* `blend + tone smoothing`: both;
 * the moiré input and the clean frames themselves, for scale.
 
 PSNR and SSIM are per-frame means under the y-matlab preset; the warping error (x1e-3) is
 Lai et al.'s with the DIS flow of the clean frames (`clearsight.metrics.warping`), its ratio
 to the per-frame row last. docs/video.md has the figures.
+
+`--threads 1` by default: on two cores shared with other jobs, two torch threads ran the
+model about ten times slower than one (their workers wait on each other).
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def main() -> None:
     ap.add_argument("--height", type=int, default=144)
     ap.add_argument("--seed", type=int, default=0, help="the moiré clip's seed")
     ap.add_argument("--model", default="default-demoire")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--strength", type=float, default=DEFAULT_STRENGTH)
     ap.add_argument("--max-change", type=float, default=DEFAULT_MAX_CHANGE)
     ap.add_argument("--stats-weight", type=float, default=DEFAULT_STATS_WEIGHT)
@@ -119,9 +122,9 @@ def main() -> None:
     runs = {
         "moiré input": (moire, None),
         "per frame": (per_frame, t_frame),
-        "blend": (blended(per_frame), None),
+        "blend (--temporal)": (blended(per_frame), None),
         "tone smoothing": (toned, t_toned),
-        "both (--temporal)": (blended(toned), None),
+        "blend + tone smoothing": (blended(toned), None),
         "clean frames": (clean, None),
     }
     scores = {k: score_frames(iter(v[0]), iter(clean)).summary for k, v in runs.items()}

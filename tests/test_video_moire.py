@@ -17,11 +17,13 @@ from clearsight.data.synth_moire import MoireConfig, synthesize_moire
 from clearsight.data.synth_moire_video import CameraMotion, moire_clip
 from clearsight.engine.video_window import PerFrame
 from clearsight.errors import ClearsightError, OptionError
-from clearsight.io import read_image, write_image
+from clearsight.io import read_image, tensor_to_image, write_image
 from clearsight.models.mbcnn import MBCNN
 from clearsight.models.rescan import RESCAN
+from clearsight.video.restore import restore_video
 from clearsight.video.synth_moire import synth_moire_video
-from clearsight.video.temporal import StatsSmoother, with_temporal
+from clearsight.video.temporal import StatsSmoother, with_smoothed_stats
+from tests.video_utils import decoded_frames, make_video
 
 runner = CliRunner()
 TONED = MoireConfig(match_tone=True)  # the pair then differs by the moiré (and noise) alone
@@ -138,14 +140,46 @@ def test_tone_smoothing_steadies_the_tone_vectors_over_a_clip() -> None:
     assert torch.equal(plain(clip[1]), net.restore(clip[1]))
 
 
-def test_with_temporal_wraps_mbcnn_only() -> None:
+def test_with_smoothed_stats_wraps_mbcnn_only() -> None:
     net = _tiny_mbcnn()
-    wrapped = with_temporal(PerFrame(net.restore, net=net))
+    wrapped = with_smoothed_stats(PerFrame(net.restore, net=net))
     assert isinstance(wrapped, PerFrame) and isinstance(wrapped.restore, StatsSmoother)
     clip = torch.stack([x[0] for x in _flickering_clip(3)], dim=1).unsqueeze(0)
     assert wrapped(clip).shape == clip.shape
     rescan = RESCAN().eval()
     plain = PerFrame(rescan.restore, net=rescan)
-    assert with_temporal(plain) is plain  # RESCAN's gates were not measured: left alone
+    assert with_smoothed_stats(plain) is plain  # RESCAN's gates were not measured: left alone
     bare = PerFrame(net.restore)  # no torch model known (an ONNX Runtime graph)
-    assert with_temporal(bare) is bare
+    assert with_smoothed_stats(bare) is bare
+
+
+def test_restore_video_smooths_the_tone_only_when_asked(tmp_path: Path) -> None:
+    net = _tiny_mbcnn()
+    with torch.no_grad():  # a tone head that reacts to its vectors (it starts as the identity)
+        net.tone.mlp[-1].weight.normal_(0.0, 0.5)
+        net.tone.mlp[-1].bias.fill_(0.5)
+    src = tmp_path / "frames"
+    for i, x in enumerate(_flickering_clip(3)):
+        write_image(src / f"{i + 1}.png", tensor_to_image(x))
+    outs = {}
+    for smooth in (False, True):
+        out = tmp_path / f"out_{smooth}"
+        restore_video(PerFrame(net.restore, net=net), src, frames_out=out, fps=5,
+                      smooth_tone=smooth)  # fmt: skip
+        outs[smooth] = [read_image(p) for p in sorted(out.iterdir())]
+    assert np.array_equal(outs[False][0], outs[True][0])  # the average starts at frame 1
+    assert not np.array_equal(outs[False][2], outs[True][2])
+
+
+def test_demoire_videos_are_temporal_by_default(tmp_path: Path) -> None:
+    clip = tmp_path / "clip.mp4"
+    make_video(clip, w=48, h=32, n=4, audio=None)
+    frames = {}
+    for flags in ([], ["--temporal"], ["--no-temporal"]):
+        out = tmp_path / ("out" + "".join(flags))
+        res = runner.invoke(app, ["demoire", str(clip), "-o", str(out), *flags])
+        assert res.exit_code == 0, res.output
+        frames[tuple(flags)] = decoded_frames(out / "clip.mp4")
+    on, off = frames[("--temporal",)], frames[("--no-temporal",)]
+    assert all(np.array_equal(a, b) for a, b in zip(frames[()], on, strict=True))
+    assert not all(np.array_equal(a, b) for a, b in zip(on, off, strict=True))

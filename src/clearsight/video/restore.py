@@ -322,6 +322,7 @@ def restore_video(
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
     temporal: bool = False,
+    smooth_tone: bool = False,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
     progress: bool = False,
@@ -336,8 +337,9 @@ def restore_video(
 
     `start`/`duration` (seconds) cut the source; `codec`/`crf`/`pix_fmt` choose the encoding
     (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
-    blends each output with the flow-warped previous one where that is safe and smooths an
-    image model's global statistics (MBCNN's tone vectors) over frames (`video/temporal.py`).
+    blends each output with the flow-warped previous one where that is safe, and
+    `smooth_tone` averages an image model's global statistics (MBCNN's tone vectors) over
+    frames (`video/temporal.py`; it costs a second forward per frame).
     Errors are one-line `ClearsightError`s naming the file; nothing half-written remains
     unless `keep_partial` (then the frames restored before a failure are kept, and the error
     is still raised). `on_start(total or None)` once; `on_frame(done, fps)` after each
@@ -351,10 +353,13 @@ def restore_video(
 
     blend = None
     if temporal:
-        from clearsight.video.temporal import TemporalBlend, with_temporal
+        from clearsight.video.temporal import TemporalBlend
 
         blend = TemporalBlend()
-        model = with_temporal(model)
+    if smooth_tone:
+        from clearsight.video.temporal import with_smoothed_stats
+
+        model = with_smoothed_stats(model)
     windowed = model if isinstance(model, Windowed | PerFrame) else None
     fn = frame_function(model) if windowed is None else None
     src = Path(source)

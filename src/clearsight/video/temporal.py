@@ -7,12 +7,13 @@ onto it along the DIS optical flow between the two outputs, only where the flow 
 warped pixel is already close to the new one (`max_change`): moving edges, occlusions and
 real changes keep the new frame as it is.
 
-`StatsSmoother` is the other half, for models that pool over the whole image (MBCNN's five
-tone vectors, `global_stats_hooks` in docs/architecture.md §3.4): each frame's statistics
-are averaged with the previous frames' (an exponential moving average) before the model
-uses them, so a model that estimates the global tone of every frame anew does not change it
-from frame to frame. `with_temporal` puts both around a per-frame model. docs/video.md has
-what they measured and where `temporal` is on by default.
+`StatsSmoother` is for models that pool over the whole image (MBCNN's five tone vectors,
+`global_stats_hooks` in docs/architecture.md §3.4): each frame's statistics are averaged
+with the previous frames' (an exponential moving average) before the model uses them, so a
+model that estimates the global tone of every frame anew cannot change it from frame to
+frame (`restore_video(smooth_tone=True)`, `with_smoothed_stats`). docs/video.md has what
+both measured: the blend is what `temporal` runs, on by default for `clearsight demoire`;
+the tone smoothing changed nothing measurable on the clips there, so it is opt-in.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ DEFAULT_MAX_CHANGE = 0.06
 DEFAULT_STATS_WEIGHT = 0.3
 """The weight of a new frame's own statistics in the moving average (1: no smoothing)."""
 SMOOTHED_STATS = ("mbcnn-tone-vectors",)
-"""The statistics `with_temporal` smooths (`stats_layout()["kind"]`): those it was measured
-on (docs/video.md); RESCAN's squeeze-excitation gates are left as they are."""
+"""The statistics `with_smoothed_stats` smooths (`stats_layout()["kind"]`): those it was
+measured on (docs/video.md); RESCAN's squeeze-excitation gates are left as they are."""
 
 
 class TemporalBlend:
@@ -130,7 +131,7 @@ class StatsSmoother:
             return self.restore(x)
 
 
-def with_temporal(model: Any, *, stats_weight: float = DEFAULT_STATS_WEIGHT) -> Any:
+def with_smoothed_stats(model: Any, *, stats_weight: float = DEFAULT_STATS_WEIGHT) -> Any:
     """`model` (a `Restorer`, or an image model as `engine.video_window.PerFrame`) with its
     global statistics smoothed over frames (`StatsSmoother`) when they are of a kind in
     `SMOOTHED_STATS`; any other model (a window model, an ONNX Runtime graph, a plain frame
