@@ -20,7 +20,13 @@ from clearsight.api.compress import (
     prune_report_path,
     quantize,
 )
-from clearsight.api.data import check_data, synth_moire, synth_rain, synth_rain_video
+from clearsight.api.data import (
+    check_data,
+    synth_moire,
+    synth_moire_video,
+    synth_rain,
+    synth_rain_video,
+)
 from clearsight.api.deploy import (
     Export,
     benchmark,
@@ -166,6 +172,7 @@ __all__ = [
     "serve",
     "split_media",
     "synth_moire",
+    "synth_moire_video",
     "synth_rain",
     "synth_rain_video",
     "thumbnail_collector",

@@ -127,3 +127,25 @@ def synth_rain_video(
 
     return run(clean, out, seed=seed, preset=preset, fps=fps, max_frames=max_frames,
                on_pair=on_pair)  # fmt: skip
+
+
+def synth_moire_video(
+    clean: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    match_tone: bool = False,
+    fps: float | None = None,
+    max_frames: int | None = None,
+    max_pixels: int | None = None,
+    on_pair: Callable[[Path], None] | None = None,
+) -> Any:
+    """Screen-camera moiré over a clean video (or a folder of numbered frames read at `fps`)
+    seen by a moving camera, so the moiré drifts coherently from frame to frame: numbered
+    frame pairs in OUT/moire and OUT/clean, the layout `clearsight eval --video` reads."""
+    from clearsight.runtime.failures import check_max_pixels
+    from clearsight.video.synth_moire import synth_moire_video as run
+
+    check_max_pixels(max_pixels)
+    return run(clean, out, seed=seed, match_tone=match_tone, fps=fps, max_frames=max_frames,
+               max_pixels=max_pixels, on_pair=on_pair)  # fmt: skip

@@ -142,6 +142,15 @@ TemporalOpt = Annotated[
         "where the occlusion tests pass (less flicker; docs/video.md).",
     ),
 ]
+DemoireTemporalOpt = Annotated[
+    bool,
+    typer.Option(
+        "--temporal/--no-temporal",
+        help="Videos: blend each output with the flow-warped previous one where the occlusion "
+        "tests pass; on by default for demoiré, where it measured less than half the flicker "
+        "for 0.05 dB of PSNR (docs/video.md).",
+    ),
+]
 KeepPartialOpt = Annotated[
     bool,
     typer.Option(

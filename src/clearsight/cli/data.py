@@ -10,6 +10,7 @@ from rich.table import Table
 
 from clearsight.cli._app import app, console, friendly, progress, say
 from clearsight.cli._options import MaxPixOpt
+from clearsight.errors import OptionError
 
 synth_app = typer.Typer(
     help="Synthesise paired training data (degraded/clean).", no_args_is_help=True
@@ -31,10 +32,36 @@ def synth_moire_cmd(
         typer.Option("--match-tone", help="Apply the capture's tone change to the target too."),
     ] = False,
     max_pixels: MaxPixOpt = None,
+    video: Annotated[
+        bool,
+        typer.Option(
+            "--video",
+            help="--clean is a video (or numbered frames, --fps) filmed by a moving camera: "
+            "moiré that drifts coherently from frame to frame; numbered frame pairs in "
+            "OUT/moire and OUT/clean.",
+        ),
+    ] = False,
+    fps: Annotated[
+        float | None, typer.Option("--fps", help="With --video: frame rate of a frames folder.")
+    ] = None,
+    max_frames: Annotated[
+        int | None, typer.Option("--max-frames", help="With --video: at most this many frames.")
+    ] = None,
 ) -> None:
     """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
-    from clearsight.api import synth_moire
+    from clearsight.api import synth_moire, synth_moire_video
 
+    if video:
+        if per_image != 1:
+            raise OptionError("per_image", "is for images; --video makes one clip per video")
+        with progress() as bar:
+            task = bar.add_task("synth moire --video", total=None)
+            report = synth_moire_video(
+                clean, out, seed=seed, match_tone=match_tone, fps=fps, max_frames=max_frames,
+                max_pixels=max_pixels, on_pair=lambda p: bar.advance(task),
+            )  # fmt: skip
+        console.print(f"wrote {report.pairs} frame pair(s) into {out}/moire and {out}/clean")
+        return
     with progress() as bar:
         task = bar.add_task("synth moire", total=None)
         report = synth_moire(

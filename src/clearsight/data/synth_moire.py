@@ -37,6 +37,7 @@ from clearsight.data.synth_common import (
     read_as_uint8,
     synth_sources,
 )
+from clearsight.io import to_uint8
 
 __all__ = ["MoireConfig", "SynthReport", "pair_seed", "synth_moire_folder", "synthesize_moire"]
 
@@ -87,17 +88,35 @@ def _display(clean: np.ndarray, sigma: float) -> np.ndarray:
 
 
 def _homography(h: int, w: int, cfg: MoireConfig, rng: np.random.Generator) -> np.ndarray:
-    """Camera pixel coordinates (undistorted) -> display sub-pixel coordinates."""
+    """Camera pixel coordinates (undistorted) -> display sub-pixel coordinates, drawn from
+    `cfg`'s ranges."""
     m = _u(rng, cfg.margin)
+    a = float(rng.uniform(-cfg.rotation_deg, cfg.rotation_deg))
+    jitter = rng.uniform(-1, 1, size=(4, 2)) * cfg.corner_jitter
+    return homography(h, w, m, a, jitter)
+
+
+def homography(
+    h: int,
+    w: int,
+    margin: float,
+    angle_deg: float,
+    jitter: np.ndarray,
+    shift: tuple[float, float] = (0.0, 0.0),
+) -> np.ndarray:
+    """The camera's view of an HxW image's display: camera pixel coordinates (undistorted)
+    -> display sub-pixel coordinates. The view is `margin` wider than the screen per side,
+    rotated by `angle_deg`, its corners moved by `jitter` (4x2, fractions of the display's
+    sides: perspective) and the whole by `shift` (x, y display sub-pixels)."""
     dh, dw = h * SUBPIXELS, w * SUBPIXELS
     cx, cy = (dw - 1) / 2, (dh - 1) / 2
-    hx, hy = dw / 2 * (1 + 2 * m), dh / 2 * (1 + 2 * m)
+    hx, hy = dw / 2 * (1 + 2 * margin), dh / 2 * (1 + 2 * margin)
     corners = np.array([[-hx, -hy], [hx, -hy], [hx, hy], [-hx, hy]], np.float64)
-    a = np.deg2rad(rng.uniform(-cfg.rotation_deg, cfg.rotation_deg))
+    a = np.deg2rad(angle_deg)
     rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
     corners = corners @ rot.T
-    corners += rng.uniform(-1, 1, size=(4, 2)) * cfg.corner_jitter * np.array([dw, dh])
-    corners += np.array([cx, cy])
+    corners += np.asarray(jitter, np.float64) * np.array([dw, dh])
+    corners += np.array([cx + shift[0], cy + shift[1]])
     src = np.array([[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]], np.float64)
     return cv2.getPerspectiveTransform(src.astype(np.float32), corners.astype(np.float32))
 
@@ -152,6 +171,24 @@ def synthesize_moire(
             _u(rng, cfg.offset))  # fmt: skip
     noise = rng.standard_normal((h, w)).astype(np.float32) * (s_noise / 255.0)
 
+    moire = capture(src, hm, k, (s_disp, s_cam), noise, tone)
+    target = _tone(src, tone) if cfg.match_tone else src
+    return to_uint8(moire), to_uint8(target)
+
+
+def capture(
+    src: np.ndarray,
+    hm: np.ndarray,
+    k: float,
+    blurs: tuple[float, float],
+    noise: np.ndarray,
+    tone: tuple[float, np.ndarray, float, float],
+) -> np.ndarray:
+    """The screen capture of the HxWx3 float image `src` (steps 1-5 above) through the
+    homography `hm` and barrel `k`, with (display, camera) blur sigmas, the HxW read `noise`
+    (in [0, 1] units) and the tone change: HxWx3 float in [0, 1], aligned with `src`."""
+    h, w = src.shape[:2]
+    s_disp, s_cam = blurs
     disp = _display(src, s_disp)
     to_ideal, to_distorted = _lens(h, w, k)
     # camera image: each camera pixel samples the display at H(lens(u, v))
@@ -178,10 +215,7 @@ def synthesize_moire(
         rgb, cu.astype(np.float32), cv_.astype(np.float32), cv2.INTER_LINEAR,
         borderMode=cv2.BORDER_REFLECT,
     )  # fmt: skip
-    moire = _tone(aligned, tone)
-    target = _tone(src, tone) if cfg.match_tone else src
-    to8 = lambda a: np.clip(np.rint(a * 255.0), 0, 255).astype(np.uint8)  # noqa: E731
-    return to8(moire), to8(target)
+    return _tone(aligned, tone)
 
 
 def synth_moire_folder(

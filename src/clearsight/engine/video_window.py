@@ -34,7 +34,7 @@ from clearsight.artifact import LoadedModel
 from clearsight.errors import ClearsightError, OptionError
 from clearsight.families import Family
 from clearsight.io import image_to_tensor, tensor_to_image
-from clearsight.models.contract import as_restoration_model
+from clearsight.models.contract import RestorationModel, as_restoration_model
 from clearsight.preprocess import pad_to_multiple
 
 Frame = np.ndarray | torch.Tensor
@@ -142,8 +142,13 @@ class PerFrame:
 
     spec = WindowSpec(frames=1, context=0)
 
-    def __init__(self, restore: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    def __init__(
+        self, restore: Callable[[torch.Tensor], torch.Tensor], net: RestorationModel | None = None
+    ) -> None:
         self.restore = restore
+        self.net = net
+        """The torch model `restore` runs, when there is one (`video/temporal.py` smooths
+        its global statistics over frames)."""
 
     @torch.no_grad()
     def __call__(self, window: torch.Tensor) -> torch.Tensor:
@@ -161,7 +166,8 @@ def video_model(
         return Windowed(loaded, device=device, tile=tile)
     from clearsight.engine.inference import InferenceOptions, Restorer
 
-    return PerFrame(Restorer(loaded, InferenceOptions(device=str(device), tile=tile)).restore)
+    restorer = Restorer(loaded, InferenceOptions(device=str(device), tile=tile))
+    return PerFrame(restorer.restore, net=None if loaded.on_onnxruntime else restorer.net)
 
 
 def _as_chw(frame: Frame, index: int) -> torch.Tensor:

@@ -322,6 +322,7 @@ def restore_video(
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
     temporal: bool = False,
+    smooth_tone: bool = False,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
     progress: bool = False,
@@ -336,11 +337,13 @@ def restore_video(
 
     `start`/`duration` (seconds) cut the source; `codec`/`crf`/`pix_fmt` choose the encoding
     (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
-    blends each output with the flow-warped previous one where that is safe
-    (`video/temporal.py`). Errors are one-line `ClearsightError`s naming the file; nothing
-    half-written remains unless `keep_partial` (then the frames restored before a failure
-    are kept, and the error is still raised). `on_start(total or None)` once;
-    `on_frame(done, fps)` after each frame; `progress` draws a bar on stderr.
+    blends each output with the flow-warped previous one where that is safe, and
+    `smooth_tone` averages an image model's global statistics (MBCNN's tone vectors) over
+    frames (`video/temporal.py`; it costs a second forward per frame).
+    Errors are one-line `ClearsightError`s naming the file; nothing half-written remains
+    unless `keep_partial` (then the frames restored before a failure are kept, and the error
+    is still raised). `on_start(total or None)` once; `on_frame(done, fps)` after each
+    frame; `progress` draws a bar on stderr.
     """
     if out is None and frames_out is None:
         raise OptionError("out", "give an output video, a frames_out folder, or both")
@@ -348,6 +351,15 @@ def restore_video(
         raise OptionError("queue_size", f"must be a whole number >= 1, got {queue_size!r}")
     from clearsight.engine.video_window import PerFrame, Windowed
 
+    blend = None
+    if temporal:
+        from clearsight.video.temporal import TemporalBlend
+
+        blend = TemporalBlend()
+    if smooth_tone:
+        from clearsight.video.temporal import with_smoothed_stats
+
+        model = with_smoothed_stats(model)
     windowed = model if isinstance(model, Windowed | PerFrame) else None
     fn = frame_function(model) if windowed is None else None
     src = Path(source)
@@ -355,11 +367,6 @@ def restore_video(
     frames_path = check_output_folder(frames_out, "frames_out") if frames_out is not None else None
     if out_path is not None and src.exists() and out_path.resolve() == src.resolve():
         raise OptionError("out", f"{out_path} is the input video; choose another output path")
-    blend = None
-    if temporal:
-        from clearsight.video.temporal import TemporalBlend
-
-        blend = TemporalBlend()
 
     reader = open_source(src, fps=fps, max_pixels=max_pixels)
     writers: list[Any] = []
