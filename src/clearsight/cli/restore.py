@@ -42,7 +42,6 @@ from clearsight.cli._options import (
     WorkersOpt,
 )
 from clearsight.cli._runs import existing_policy, finish_ray, run_on_ray
-from clearsight.errors import OptionError
 
 if TYPE_CHECKING:
     from clearsight.api import RestoredFile, Restorer, RestoreRun
@@ -91,8 +90,6 @@ def restore_images(
     api.check_max_pixels(max_pixels)
     plan = api.split_media(inputs, out)
     on_ray = api.check_engine(engine) == "ray"
-    if plan.videos and on_ray:
-        raise OptionError("engine", "videos run with --engine local (one at a time)")
     if bundled is not None and (plan.images or not plan.videos):
         api.require_bundled(model, bundled)
     account = None
@@ -110,11 +107,12 @@ def restore_images(
             finish(account, verb, out)  # type: ignore[arg-type]
         return account
     if account is not None:
-        summarize(account, verb, out)
-    failed = _restore_videos(
+        say(f"{account.line()} into {out}") if on_ray else summarize(account, verb, out)
+    failed = (_restore_videos_ray if on_ray else _restore_videos)(
         plan.videos, out, video_model or model, verb=verb, max_pixels=max_pixels,
         fail_fast=fail_fast, earlier=account.failed if account is not None else [],
         device=options.get("device", "cpu"), tile=options.get("tile"), video=video or {},
+        ray=dict(inputs=inputs, skip_existing=skip_existing, address=address, workers=workers),
     )  # fmt: skip
     earlier = len(account.failed) if account is not None else 0
     if failed or earlier:
@@ -135,6 +133,7 @@ def _restore_videos(
     device: str,
     tile: int | None,
     video: dict[str, Any],
+    ray: dict[str, Any],
 ) -> list[Any]:
     """Each video through `clearsight.api.restore_video`, one line each; returns the ones
     that failed (also in OUT/failures.csv, with the images that failed before)."""
@@ -160,6 +159,27 @@ def _restore_videos(
     say(f"{verb} {len(ok)} video(s) into {out} with {model}")
     say(f"{len(ok)} done, 0 skipped, {len(failed)} failed")
     return failed
+
+
+def _restore_videos_ray(
+    videos: list[tuple[Path, Path]], out: Path, model: str, *, verb: str, earlier: list[Any],
+    ray: dict[str, Any], fail_fast: bool, video: dict[str, Any], **options: Any,
+) -> list[Any]:  # fmt: skip
+    """The videos on Ray actors (`clearsight.api.video_ray`; one video is cut at keyframes
+    across the workers), one line each, as `_restore_videos` prints them."""
+    from clearsight.api.video_ray import restore_videos_ray
+
+    skip = ray.pop("skip_existing")
+    summary = run_on_ray(
+        "videos", lambda **cb: restore_videos_ray(
+            model, ray.pop("inputs"), out, overwrite=skip is False, earlier_failed=earlier,
+            **ray, **options, **video, **cb),
+    )  # fmt: skip
+    for r in summary.done:  # the failed ones were printed as they came back
+        say(f"{r.source} -> {r.output}  ({r.frames} frames, {r.segments} segment(s))", err=True)
+    say(f"{verb} {len(summary.done)} video(s) into {out} with {model}")
+    say(summary.line())
+    return summary.failed
 
 
 def _restore_image_inputs(

@@ -1,0 +1,198 @@
+"""Videos with `--engine ray` on a local Ray of 2 CPUs (docs/scale.md, "Videos"): one video
+cut at keyframes across two workers and stitched gives the local run's frames, timestamps
+and audio; a folder of videos runs one video per task, a broken one in failures.csv.
+
+The planning (keyframes, segment starts) is checked without Ray. The model is `rescan-conv`
+with its seeded random weights: tiny, per-frame, and it changes every pixel, so a frame
+taken from the wrong place would show.
+"""
+
+from __future__ import annotations
+
+import csv
+import warnings
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from clearsight.scale.video_ray import (
+    FrameProbe,
+    _plan,
+    probe_frames,
+    segment_jobs,
+    segment_starts,
+    segments_folder,
+)
+from tests.video_utils import (
+    MS,
+    _write_tone,
+    audio_packets,
+    decoded_frames,
+    decoded_times,
+    frame_image,
+    make_video,
+)
+
+MODEL = "rescan-conv"  # random weights, seeded: the same in every process
+
+
+def make_gop_video(path: Path, *, n: int, gop: int, w: int = 32, h: int = 24) -> None:
+    """`n` frames at 25 fps with a keyframe every `gop` frames (B-frames on) and audio."""
+    with av.open(str(path), "w") as c:
+        v = c.add_stream("libx264", rate=25)
+        v.width, v.height, v.pix_fmt = w, h, "yuv420p"
+        v.time_base = v.codec_context.time_base = MS
+        v.options = {"g": str(gop), "keyint_min": str(gop), "sc_threshold": "0", "bf": "2"}
+        a = c.add_stream("aac", rate=48000)
+        a.layout = "mono"
+        for i in range(n):
+            f = av.VideoFrame.from_ndarray(frame_image(i, w, h), format="rgb24")
+            f.pts, f.time_base = 40 * i, MS
+            for p in v.encode(f):
+                c.mux(p)
+        for p in v.encode():
+            c.mux(p)
+        _write_tone(c, a, total=48 * 40 * n)
+
+
+def _local(source: Path, out: Path, **options: object) -> None:
+    from clearsight.api import restore_video
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # untrained weights, on purpose
+        restore_video(MODEL, source, out, **options)
+
+
+# ------------------------------------------------------------------ planning, no Ray
+
+
+def test_the_probe_finds_every_frame_and_the_keyframes_without_decoding(tmp_path: Path):
+    clip = tmp_path / "clip.mp4"
+    make_gop_video(clip, n=23, gop=5)
+    probe = probe_frames(clip)
+    assert probe is not None
+    assert [float(p * probe.time_base) for p in probe.pts] == decoded_times(clip)
+    keys = sorted(probe.pts.index(k) for k in probe.keyframes)
+    assert keys == [0, 5, 10, 15, 20]
+    assert probe_frames(tmp_path / "missing.mp4") is None
+
+
+def test_segments_start_at_keyframes_near_equal_shares_and_respect_the_minimum():
+    probe = FrameProbe(tuple(range(0, 400, 10)), frozenset(range(0, 400, 50)), Fraction(1, 100))
+    assert segment_starts(probe, 2, 5) == [0, 20]  # 40 frames, keyframes every 5 frames
+    assert segment_starts(probe, 4, 5) == [0, 10, 20, 30]
+    assert segment_starts(probe, 4, 15) == [0, 20]  # only two parts of >= 15 frames fit
+    sparse = FrameProbe(probe.pts, frozenset({0, 350}), probe.time_base)
+    assert segment_starts(sparse, 2, 5) == [0, 35]  # the one keyframe there is
+    assert segment_starts(probe, 3, 30) == [0]  # too short to cut
+    jobs = segment_jobs(Path("v.mp4"), probe, [0, 15, 30], Path("seg"))
+    assert [(j.start, j.duration, j.start_pts, j.end_pts) for j in jobs] == [
+        (None, 1.5, 0, 150),
+        (1.5, 1.5, 150, 300),
+        (3.0, None, 300, None),
+    ]
+
+
+def test_a_window_model_or_a_cut_runs_the_video_whole(tmp_path: Path):
+    clip = tmp_path / "clip.mp4"
+    make_gop_video(clip, n=20, gop=5)
+    target = tmp_path / "out" / "clip.mp4"
+    split = _plan([(clip, target)], (1, 0), 2, 5, False)
+    assert len(split[0].jobs) == 2 and segments_folder(target).is_dir()
+    for window, cut in (((24, 2), False), ((1, 0), True)):
+        (whole,) = _plan([(clip, target)], window, 2, 5, cut)
+        assert [j.segment for j in whole.jobs] == [-1] and whole.probe is None
+
+
+# ------------------------------------------------------------------ on Ray
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    from tests import scale_utils
+
+    with scale_utils.local_ray(__name__):
+        yield
+
+
+def test_one_video_cut_across_workers_equals_the_local_run(local_ray, tmp_path: Path):
+    from clearsight.scale.video_ray import restore_videos_ray
+
+    clip = tmp_path / "clip.mp4"
+    make_gop_video(clip, n=30, gop=5)
+    reference = tmp_path / "local.mp4"
+    _local(clip, reference)
+    out = tmp_path / "out"
+    summary = restore_videos_ray(
+        MODEL, [(clip, out / "clip.mp4")], out, workers=2, min_segment_frames=5
+    )
+    (done,) = summary.done
+    assert done.segments >= 2 and done.frames == 30 and not summary.failed
+    got, want = out / "clip.mp4", reference
+    assert decoded_times(got) == decoded_times(want) == decoded_times(clip)
+    frames, ref_frames = decoded_frames(got), decoded_frames(want)
+    assert len(frames) == 30
+    assert all(np.array_equal(a, b) for a, b in zip(frames, ref_frames, strict=True))
+    assert not np.array_equal(frames[3], decoded_frames(clip)[3])  # the model did change it
+    assert audio_packets(got) == audio_packets(clip)
+    # the same encoder settings on the same frames: libx264 gave the same bytes here
+    assert got.read_bytes() == want.read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == ["clip.mp4"]  # no segment files left
+
+    rerun = restore_videos_ray(MODEL, [(clip, out / "clip.mp4")], out, workers=2)
+    assert not rerun.done and len(rerun.skipped) == 1
+
+
+def test_the_temporal_blend_runs_in_the_driver_and_still_equals_the_local_run(
+    local_ray, tmp_path: Path
+):
+    from clearsight.scale.video_ray import restore_videos_ray
+
+    clip = tmp_path / "clip.mp4"
+    make_gop_video(clip, n=20, gop=5)
+    reference = tmp_path / "local.mkv"
+    _local(clip, reference, temporal=True, crf=0)
+    out = tmp_path / "out"
+    summary = restore_videos_ray(
+        MODEL, [(clip, out / "clip.mkv")], out, workers=2, min_segment_frames=5,
+        temporal=True, crf=0,
+    )  # fmt: skip
+    assert summary.done[0].segments >= 2
+    got = decoded_frames(out / "clip.mkv")
+    assert all(np.array_equal(a, b) for a, b in zip(got, decoded_frames(reference), strict=True))
+
+
+def test_a_folder_of_videos_runs_one_per_task_and_lists_the_broken_one(local_ray, tmp_path):
+    from clearsight.cli import app
+
+    folder = tmp_path / "in"
+    (folder / "sub").mkdir(parents=True)
+    make_video(folder / "a.mp4", w=32, h=24, n=8)
+    make_video(folder / "sub" / "b.mkv", w=24, h=16, n=6)
+    (folder / "broken.mp4").write_bytes(b"not a video at all")
+    runner = CliRunner()
+    args = ["restore", "--model", MODEL, str(folder)]
+    local = runner.invoke(app, [*args, "-o", str(tmp_path / "local")])
+    assert local.exit_code == 3, local.output
+    res = runner.invoke(app, [*args, "-o", str(tmp_path / "ray"), "--engine", "ray",
+                              "--workers", "2"])  # fmt: skip
+    assert res.exit_code == 3, res.output
+    assert "done 2, skipped 0, failed 1 video(s)" in res.output
+    for rel in ("a.mp4", "sub/b.mp4"):
+        got, want = tmp_path / "ray" / rel, tmp_path / "local" / rel
+        assert decoded_times(got) == decoded_times(want)
+        assert all(
+            np.array_equal(a, b)
+            for a, b in zip(decoded_frames(got), decoded_frames(want), strict=True)
+        )
+    rows = [list(csv.DictReader((tmp_path / d / "failures.csv").open())) for d in ("ray", "local")]
+    assert [(Path(r["file"]).name, r["reason"]) for r in rows[0]] == [
+        (Path(r["file"]).name, r["reason"]) for r in rows[1]
+    ]
+    assert [Path(r["file"]).name for r in rows[0]] == ["broken.mp4"]
