@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from clearsight.io import write_image
 from clearsight.scale.video_ray import (
     FrameProbe,
     _plan,
@@ -110,17 +111,19 @@ def test_a_window_model_or_a_cut_runs_the_video_whole(tmp_path: Path):
 
 # ------------------------------------------------------------------ on Ray
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
+# each starts two actors on the shared 2 cores: 20 to 40 s here
 
 
 @pytest.fixture(scope="module")
 def local_ray():
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
     from tests import scale_utils
 
     with scale_utils.local_ray(__name__):
         yield
 
 
+@pytest.mark.slow
 def test_one_video_cut_across_workers_equals_the_local_run(local_ray, tmp_path: Path):
     from clearsight.scale.video_ray import restore_videos_ray
 
@@ -149,6 +152,7 @@ def test_one_video_cut_across_workers_equals_the_local_run(local_ray, tmp_path: 
     assert not rerun.done and len(rerun.skipped) == 1
 
 
+@pytest.mark.slow
 def test_the_temporal_blend_runs_in_the_driver_and_still_equals_the_local_run(
     local_ray, tmp_path: Path
 ):
@@ -168,7 +172,9 @@ def test_the_temporal_blend_runs_in_the_driver_and_still_equals_the_local_run(
     assert all(np.array_equal(a, b) for a, b in zip(got, decoded_frames(reference), strict=True))
 
 
+@pytest.mark.slow
 def test_a_folder_of_videos_runs_one_per_task_and_lists_the_broken_one(local_ray, tmp_path):
+    """Through the CLI, against the local engine's run of the same folder (with an image)."""
     from clearsight.cli import app
 
     folder = tmp_path / "in"
@@ -176,6 +182,7 @@ def test_a_folder_of_videos_runs_one_per_task_and_lists_the_broken_one(local_ray
     make_video(folder / "a.mp4", w=32, h=24, n=8)
     make_video(folder / "sub" / "b.mkv", w=24, h=16, n=6)
     (folder / "broken.mp4").write_bytes(b"not a video at all")
+    write_image(folder / "photo.png", np.full((12, 16, 3), 128, np.uint8))  # images go first
     runner = CliRunner()
     args = ["restore", "--model", MODEL, str(folder)]
     local = runner.invoke(app, [*args, "-o", str(tmp_path / "local")])
@@ -184,6 +191,9 @@ def test_a_folder_of_videos_runs_one_per_task_and_lists_the_broken_one(local_ray
                               "--workers", "2"])  # fmt: skip
     assert res.exit_code == 3, res.output
     assert "done 2, skipped 0, failed 1 video(s)" in res.output
+    assert (tmp_path / "ray" / "photo.png").read_bytes() == (
+        tmp_path / "local" / "photo.png"
+    ).read_bytes()
     for rel in ("a.mp4", "sub/b.mp4"):
         got, want = tmp_path / "ray" / rel, tmp_path / "local" / rel
         assert decoded_times(got) == decoded_times(want)
