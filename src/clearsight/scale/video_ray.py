@@ -6,23 +6,26 @@ fewer videos than workers): cut into segments at keyframes, restored in parallel
 
 Why this design (docs/scale.md, "Videos"): the driver demuxes the video stream's packets
 without decoding them (`probe_frames`: every frame's pts and which are keyframes) and cuts
-the clip at keyframes into about `segments` parts of at least `min_segment_frames`
-frames. Each worker seeks to its segment's keyframe and decodes only until the next
-segment's first pts (`VideoReader.frames(start, duration)`: frames before the start are
-dropped), restores, and writes the restored frames *losslessly* (FFV1, RGB) to a segment
-file, returning their timestamps. The driver then decodes the segment files in order and
+the clip into about `segments` parts of at least `min_segment_frames` frames: at keyframes
+for a per-frame model; for a window model (S2VD, `video-derain`) at multiples of its window,
+where the local run's windows start, each segment reading its windows' context frames
+beyond both cuts. Each worker seeks to the keyframe before its first frame and decodes only
+until its last (`VideoReader.frames(start, duration)`: frames before the start are
+dropped), restores the same windows the local run restores there (`restore_from`), and
+writes the restored frames *losslessly* (FFV1, RGB) to a segment file, returning their
+timestamps. The driver then decodes the segment files in order and
 encodes the output once, with the local engine's writer (`writer_like`: its codec
 settings, the input's timestamps, the audio and subtitle packets copied), and applies the
 `temporal` blend there, since the blend needs the previous output. So the encoder sees the
-very frames and timestamps the local run gives it, in the same order: the decoded output
-equals the local run's (with libx264 the file was byte-identical in the tests), and memory
+very frames and timestamps the local run gives it, in the same order: the output equals the
+local run's as far as the encoder repeats itself (exactly with a lossless or deterministic
+codec; libx264 through PyAV is not reproducible run to run, docs/scale.md), and memory
 stays bounded (frames stream through files; nothing holds a segment). Encoding the segments
 in the workers and concatenating them would cost the driver nothing, but a lossy encoder
 restarted at each cut does not give the local run's frames.
 
-A window model (S2VD, `video-derain`) needs context frames across a cut, so it runs one
-video per task; so does a cut (`start`/`duration`), and a video whose timestamps are not
-clean (missing or repeated pts): those run whole, as locally. A segment whose decoded
+A video with a cut (`start`/`duration`) or whose timestamps are not clean (missing or
+repeated pts) runs whole, one video per task, as locally. A segment whose decoded
 timestamps differ from the probe's fails its video with a one-line reason.
 """
 
@@ -33,7 +36,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -72,16 +75,19 @@ _MAX_DENOMINATOR = 1_000_000  # `VideoReader` cuts at seconds limited to this de
 
 @dataclass(frozen=True)
 class VideoJob:
-    """One Ray task: a whole video into `output`, or (`segment` >= 0) the frames with pts in
-    [start_pts, end_pts) into the segment file `output`, cut at `start`/`duration` seconds."""
+    """One Ray task: a whole video into `output`, or (`segment` >= 0) one segment into the
+    segment file `output`: decode the cut `start`/`duration` (seconds; its frames come
+    shifted back by `shift` pts), take its first `lead` frames as context only, and restore
+    the `count` frames after them (None: all)."""
 
     source: str
     output: str
     segment: int = -1
     start: float | None = None
     duration: float | None = None
-    start_pts: int = 0
-    end_pts: int | None = None
+    shift: int = 0
+    lead: int = 0
+    count: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,16 +174,21 @@ def probe_frames(path: str | os.PathLike[str]) -> FrameProbe | None:
     return FrameProbe(ordered, frozenset(keys), tb)
 
 
-def segment_starts(probe: FrameProbe, parts: int, min_frames: int) -> list[int]:
-    """Indices (into `probe.pts`) where segments start: 0, then up to `parts - 1` keyframes
-    near equal shares of the frames, every segment at least `min_frames` long."""
+def segment_starts(probe: FrameProbe, parts: int, min_frames: int, window: int = 1) -> list[int]:
+    """Indices (into `probe.pts`) where segments start: 0, then up to `parts - 1` cuts near
+    equal shares of the frames, every segment at least `min_frames` long. A per-frame model
+    (`window` 1) is cut at keyframes, where decoding starts; a window model at multiples of
+    its `window` frames, where the local run's windows start."""
     n = len(probe.pts)
     parts = max(1, min(parts, n // max(1, min_frames)))
-    keys = [i for i, p in enumerate(probe.pts) if i > 0 and p in probe.keyframes]
+    if window == 1:
+        cuts = [i for i, p in enumerate(probe.pts) if i > 0 and p in probe.keyframes]
+    else:
+        cuts = list(range(window, n, window))
     starts = [0]
     for k in range(1, parts):
         ideal = k * n / parts
-        fits = [i for i in keys if i - starts[-1] >= min_frames and n - i >= min_frames]
+        fits = [i for i in cuts if i - starts[-1] >= min_frames and n - i >= min_frames]
         if not fits:
             break
         best = min(fits, key=lambda i: (abs(i - ideal), i))
@@ -192,21 +203,25 @@ def _seconds(value: Fraction) -> float | None:
 
 
 def segment_jobs(
-    source: Path, probe: FrameProbe, starts: list[int], folder: Path
+    source: Path, probe: FrameProbe, starts: list[int], folder: Path, context: int = 0
 ) -> list[VideoJob]:
-    """The jobs restoring the segments of `source` that begin at `starts` into `folder`;
-    empty when a cut cannot be expressed exactly in the reader's seconds."""
-    first, tb = probe.pts[0], probe.time_base
+    """The jobs restoring the segments of `source` that begin at `starts` into `folder`,
+    each decoding `context` frames more on either side (what the local run's windows see
+    there); empty when a cut cannot be expressed exactly in the reader's seconds."""
+    pts, tb, n = probe.pts, probe.time_base, len(probe.pts)
     jobs: list[VideoJob] = []
-    for k, i in enumerate(starts):
-        b = probe.pts[i]
-        e = probe.pts[starts[k + 1]] if k + 1 < len(starts) else None
-        start = _seconds((b - first) * tb) if i > 0 else None
-        duration = _seconds((e - b) * tb) if e is not None else None
-        if (i > 0 and start is None) or (e is not None and duration is None):
+    for k, s in enumerate(starts):
+        e = starts[k + 1] if k + 1 < len(starts) else n
+        first = max(0, s - context)  # decoded from here ...
+        stop = e + context if e + context < n else None  # ... to here (None: the end)
+        start = _seconds((pts[first] - pts[0]) * tb) if first > 0 else None
+        duration = _seconds((pts[stop] - pts[first]) * tb) if stop is not None else None
+        if (first > 0 and start is None) or (stop is not None and duration is None):
             return []
         out = folder / f"{k:04d}{SEGMENT_SUFFIX}"
-        jobs.append(VideoJob(str(source), str(out), k, start, duration, b if i > 0 else 0, e))
+        shift = pts[first] if first > 0 else 0
+        count = e - s if e < n else None
+        jobs.append(VideoJob(str(source), str(out), k, start, duration, shift, s - first, count))
     return jobs
 
 
@@ -256,7 +271,7 @@ class VideoTask:
         """Decode only the segment, restore it and write it losslessly; its frames' pts."""
         from clearsight.video.frames import open_source
         from clearsight.video.io import VideoWriter
-        from clearsight.video.restore import _window_stream, run_pipeline
+        from clearsight.video.restore import run_pipeline
 
         reader = open_source(job.source, max_pixels=self.max_pixels)
         try:
@@ -268,10 +283,69 @@ class VideoTask:
         except BaseException:
             reader.close()
             raise
-        stamped = _Stamped(writer, job.start_pts)
-        run_pipeline(reader, [stamped], None, stream=_window_stream(model, None),
+        stamped = _Stamped(writer, job.shift)
+        run_pipeline(reader, [stamped], None, stream=_segment_stream(model, job.lead, job.count),
                      start=job.start, duration=job.duration)  # fmt: skip
         return stamped.pts
+
+
+def restore_from(
+    frames: Iterable[np.ndarray], model: Any, lead: int = 0, count: int | None = None
+) -> Iterator[np.ndarray]:
+    """`engine.video_window.restore_frames` on a segment of a clip: the first `lead` uint8
+    frames are the context before the segment (its windows start after them, where the
+    whole clip's windows start), and only `count` frames (None: all) are restored. Written
+    here because `restore_frames` starts its windows at its first frame; the windows, and
+    so the outputs, are the ones it computes on the whole clip."""
+    import torch
+
+    from clearsight.io import tensor_to_image
+
+    spec = model.spec
+    it = iter(frames)
+    held: list[torch.Tensor] = []  # input frames [first, first + len(held))
+    first, start, exhausted = 0, lead, False
+    stop = None if count is None else lead + count
+    while stop is None or start < stop:
+        want = start + spec.frames + spec.context
+        while not exhausted and first + len(held) < want:
+            frame = next(it, None)
+            if frame is None:
+                exhausted = True
+                break
+            held.append(torch.from_numpy(np.ascontiguousarray(frame.transpose(2, 0, 1))))
+        n_seen = first + len(held)
+        if n_seen <= start:
+            return
+        end = min(start + spec.frames, n_seen)
+        ext_start, ext_end = max(0, start - spec.context), min(want, n_seen)
+        window = torch.stack(
+            [f.float().div_(255.0) for f in held[ext_start - first : ext_end - first]], dim=1
+        ).unsqueeze(0)
+        out = model(window)
+        for k in range(start - ext_start, end - ext_start):
+            yield tensor_to_image(out[0, :, k])
+        start = end
+        keep = max(0, start - spec.context)
+        del held[: keep - first]
+        first = keep
+
+
+def _segment_stream(model: Any, lead: int, count: int | None) -> Callable[..., Any]:
+    """`run_pipeline`'s stream for a segment: its restored frames with their pts."""
+
+    def stream(frames: Iterator[Any]) -> Iterator[tuple[np.ndarray, int]]:
+        stamps: list[int] = []
+
+        def images() -> Iterator[np.ndarray]:
+            for f in frames:
+                stamps.append(f.pts)
+                yield f.image
+
+        for k, image in enumerate(restore_from(images(), model, lead, count)):
+            yield image, stamps[lead + k]
+
+    return stream
 
 
 class _Stamped:
@@ -495,16 +569,21 @@ def _plan(
     todo: Sequence[tuple[Path, Path]], window: tuple[int, int], parts: int, min_frames: int,
     cut: bool,
 ) -> list[_Video]:  # fmt: skip
-    """Each video as segment jobs when it can be cut exactly (per-frame model, no cut, clean
-    timestamps, at least two segments), else as one job."""
+    """Each video as segment jobs when it can be cut exactly (no `cut`, clean timestamps, at
+    least two segments; `window`: the model's (frames, context)), else as one job."""
     plan: list[_Video] = []
+    frames, context = window
     for source, target in todo:
         video = _Video(source, target, [VideoJob(str(source), str(target))])
-        if parts > 1 and window == (1, 0) and not cut:
+        if parts > 1 and not cut:
             probe = probe_frames(source)
-            starts = segment_starts(probe, parts, min_frames) if probe is not None else [0]
+            starts = segment_starts(probe, parts, min_frames, frames) if probe else [0]
             folder = segments_folder(target)
-            jobs = segment_jobs(source, probe, starts, folder) if len(starts) > 1 else []
+            jobs = (
+                segment_jobs(source, probe, starts, folder, context)
+                if probe is not None and len(starts) > 1
+                else []
+            )
             if probe is not None and jobs:
                 shutil.rmtree(folder, ignore_errors=True)  # a killed run's leftovers
                 folder.mkdir(parents=True)
