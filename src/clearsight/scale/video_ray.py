@@ -603,8 +603,8 @@ def _run(
     threads: int | None,
     on_result: Callable[[VideoResult], None] | None,
 ) -> list[VideoResult]:
-    """Start the actors, plan the jobs, hand one job at a time to each free actor, and
-    stitch a segmented video on a driver thread once all its segments are back."""
+    """Start the actors, plan the jobs with the model's window (asked of a worker, which
+    has loaded it) and run them; the actors are stopped at the end."""
     import ray
 
     cpus, gpus = _resources(workers, device)
@@ -612,14 +612,32 @@ def _run(
         num_cpus=cpus, num_gpus=gpus or None, max_restarts=-1, max_task_retries=-1
     )
     actors = [actor.remote(task, threads) for _ in range(workers)]
-    frames, context, error = ray.get(actors[0].window.remote())
-    if error:
+    plan: list[_Video] = []
+    try:
+        frames, context, error = ray.get(actors[0].window.remote())
+        if error:
+            raise ClearsightError(f"{task.model}: cannot load the model in a worker ({error})")
+        parts = segments or max(1, workers // len(todo))
+        cut = task.video.get("start") is not None or task.video.get("duration") is not None
+        plan = _plan(todo, (frames, context), parts, min_frames, cut)
+        return _dispatch(task, actors, plan, on_result)
+    finally:
         for a in actors:
             ray.kill(a)
-        raise ClearsightError(f"{task.model}: cannot load the model in a worker ({error})")
-    parts = segments or max(1, workers // len(todo))
-    cut = task.video.get("start") is not None or task.video.get("duration") is not None
-    plan = _plan(todo, (frames, context), parts, min_frames, cut)
+        for video in plan:  # stitched ones are gone already; an interrupted run's too
+            shutil.rmtree(segments_folder(video.target), ignore_errors=True)
+
+
+def _dispatch(
+    task: VideoTask,
+    actors: list[Any],
+    plan: list[_Video],
+    on_result: Callable[[VideoResult], None] | None,
+) -> list[VideoResult]:
+    """Hand one job at a time to each free actor; a video whose jobs are all back is
+    reported, or stitched on a driver thread while the actors go on."""
+    import ray
+
     queue = deque((v, j) for v in plan for j in v.jobs)
     idle = list(actors)
     pending: dict[Any, tuple[Any, _Video, VideoJob]] = {}
@@ -655,8 +673,6 @@ def _run(
                         stitches.append(pool.submit(_finish, task, video, report))
         for s in stitches:
             s.result()
-    for a in actors:
-        ray.kill(a)
     return results
 
 
