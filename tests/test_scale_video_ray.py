@@ -10,7 +10,12 @@ taken from the wrong place would show.
 from __future__ import annotations
 
 import csv
+import os
+import signal
+import threading
+import time
 import warnings
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -27,10 +32,12 @@ from clearsight.io import write_image
 from clearsight.scale.video_ray import (
     FrameProbe,
     JobResult,
+    VideoJob,
     VideoTask,
     _check_segments,
     _finish,
     _plan,
+    _run,
     probe_frames,
     restore_from,
     segment_jobs,
@@ -350,3 +357,51 @@ def test_a_folder_of_videos_runs_one_per_task_and_lists_the_broken_one(local_ray
         (Path(r["file"]).name, r["reason"]) for r in rows[1]
     ]
     assert [Path(r["file"]).name for r in rows[0]] == ["broken.mp4"]
+
+
+@dataclass(frozen=True)
+class _SlowTask(VideoTask):
+    """A task that leaves its worker's pid in `pid_dir` and takes a second per job, so a
+    test can kill the worker while it holds one."""
+
+    pid_dir: str = ""
+
+    def run(self, model: Any, job: VideoJob) -> JobResult:
+        Path(self.pid_dir, str(os.getpid())).touch()
+        time.sleep(1.0)
+        return super().run(model, job)
+
+
+def test_a_worker_killed_mid_job_is_replaced_and_its_job_done_again(local_ray, tmp_path):
+    clips = []
+    for i in range(3):
+        clips.append(tmp_path / f"v{i}.mp4")
+        make_video(clips[-1], w=16, h=16, n=6)
+    out, pids = tmp_path / "out", tmp_path / "pids"
+    pids.mkdir()
+    task = _SlowTask(MODEL, video=LOSSLESS, pid_dir=str(pids))
+    todo = [(c, out / f"{c.stem}.mkv") for c in clips]
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        outcome["results"] = _run(task, todo, workers=2, segments=1, min_frames=48,
+                                  device="cpu", threads=1, on_result=None)  # fmt: skip
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline, victim = time.monotonic() + 60, None
+    while victim is None and time.monotonic() < deadline and thread.is_alive():
+        found = sorted(pids.iterdir())
+        if found:
+            victim = int(found[0].name)
+            os.kill(victim, signal.SIGKILL)
+        time.sleep(0.05)
+    thread.join(timeout=120)
+    assert victim is not None and not thread.is_alive()
+    results = outcome["results"]
+    assert sorted(Path(r.source).name for r in results if r.status == "done") == [
+        "v0.mp4", "v1.mp4", "v2.mp4"
+    ]  # fmt: skip
+    for c in clips:
+        assert len(decoded_frames(out / f"{c.stem}.mkv")) == 6
+    assert len(list(pids.iterdir())) > 2  # the replacement worker took jobs too
