@@ -1,28 +1,28 @@
 """Restoring videos on a Ray cluster: the `--engine ray` of restore/derain/demoire on videos.
 
 Several videos: one video per Ray task, each restored by a worker exactly as the local
-engine restores it (`video.restore.restore_video`) into its own output. One video (or
-fewer videos than workers): cut into segments at keyframes, restored in parallel, stitched.
+engine restores it (`video.restore.restore_video`) into its own output. Fewer videos than
+workers (one long video): each is cut into segments, restored in parallel and stitched.
 
 Why this design (docs/scale.md, "Videos"): the driver demuxes the video stream's packets
 without decoding them (`probe_frames`: every frame's pts and which are keyframes) and cuts
 the clip into about `segments` parts of at least `min_segment_frames` frames: at keyframes
-for a per-frame model; for a window model (S2VD, `video-derain`) at multiples of its window,
-where the local run's windows start, each segment reading its windows' context frames
-beyond both cuts. Each worker seeks to the keyframe before its first frame and decodes only
-until its last (`VideoReader.frames(start, duration)`: frames before the start are
-dropped), restores the same windows the local run restores there (`restore_from`), and
+for a per-frame model; for a window model (S2VD, `video-derain`) at multiples of its
+window, where the local run's windows start, each segment reading its windows' context
+frames beyond both cuts. Each worker seeks to the keyframe before its first frame and
+decodes only until its last (`VideoReader.frames(start, duration)`: frames before the start
+are dropped), restores the same windows the local run restores there (`restore_from`), and
 writes the restored frames *losslessly* (FFV1, RGB) to a segment file, returning their
-timestamps. The driver then decodes the segment files in order and
-encodes the output once, with the local engine's writer (`writer_like`: its codec
-settings, the input's timestamps, the audio and subtitle packets copied), and applies the
-`temporal` blend there, since the blend needs the previous output. So the encoder sees the
-very frames and timestamps the local run gives it, in the same order: the output equals the
-local run's as far as the encoder repeats itself (exactly with a lossless or deterministic
-codec; libx264 through PyAV is not reproducible run to run, docs/scale.md), and memory
-stays bounded (frames stream through files; nothing holds a segment). Encoding the segments
-in the workers and concatenating them would cost the driver nothing, but a lossy encoder
-restarted at each cut does not give the local run's frames.
+timestamps. The driver then decodes the segment files in order and encodes the output once,
+with the local engine's writer (`writer_like`: its codec settings, the input's timestamps,
+the audio and subtitle packets copied), and applies the `temporal` blend there, since the
+blend needs the previous output. So the encoder gets the very frames and timestamps the
+local run gives it, in the same order: the output equals the local run's as far as the
+encoder repeats itself (exactly with a lossless or deterministic codec; libx264 through
+PyAV is not reproducible run to run, docs/scale.md), and memory stays bounded (frames
+stream through files; nothing holds a segment). Encoding the segments in the workers and
+concatenating them would spare the driver, but a lossy encoder restarted at each cut does
+not give the local run's frames.
 
 A video with a cut (`start`/`duration`) or whose timestamps are not clean (missing or
 repeated pts) runs whole, one video per task, as locally. A segment whose decoded
