@@ -106,14 +106,22 @@ def restore_images(
         else:
             finish(account, verb, out)  # type: ignore[arg-type]
         return account
-    if account is not None:
-        say(f"{account.line()} into {out}") if on_ray else summarize(account, verb, out)
-    failed = (_restore_videos_ray if on_ray else _restore_videos)(
-        plan.videos, out, video_model or model, verb=verb, max_pixels=max_pixels,
-        fail_fast=fail_fast, earlier=account.failed if account is not None else [],
+    if account is not None and on_ray:
+        say(f"{account.line()} into {out}")
+    elif account is not None:
+        summarize(account, verb, out)
+    common: dict[str, Any] = dict(
+        verb=verb, max_pixels=max_pixels, earlier=account.failed if account is not None else [],
         device=options.get("device", "cpu"), tile=options.get("tile"), video=video or {},
-        ray=dict(inputs=inputs, skip_existing=skip_existing, address=address, workers=workers),
     )  # fmt: skip
+    if on_ray:
+        failed = _restore_videos_ray(
+            inputs, out, video_model or model, skip_existing=skip_existing, address=address,
+            workers=workers, **common,
+        )  # fmt: skip
+    else:
+        failed = _restore_videos(plan.videos, out, video_model or model, fail_fast=fail_fast,
+                                 **common)  # fmt: skip
     earlier = len(account.failed) if account is not None else 0
     if failed or earlier:
         say(f"{len(failed) + earlier} input(s) failed; see {out / 'failures.csv'}", err=True)
@@ -133,7 +141,6 @@ def _restore_videos(
     device: str,
     tile: int | None,
     video: dict[str, Any],
-    ray: dict[str, Any],
 ) -> list[Any]:
     """Each video through `clearsight.api.restore_video`, one line each; returns the ones
     that failed (also in OUT/failures.csv, with the images that failed before)."""
@@ -162,19 +169,21 @@ def _restore_videos(
 
 
 def _restore_videos_ray(
-    videos: list[tuple[Path, Path]], out: Path, model: str, *, verb: str, earlier: list[Any],
-    ray: dict[str, Any], fail_fast: bool, video: dict[str, Any], **options: Any,
+    inputs: list[str], out: Path, model: str, *, verb: str, earlier: list[Any],
+    skip_existing: bool | None, video: dict[str, Any], **options: Any,
 ) -> list[Any]:  # fmt: skip
-    """The videos on Ray actors (`clearsight.api.video_ray`; one video is cut at keyframes
-    across the workers), one line each, as `_restore_videos` prints them."""
+    """The videos of `inputs` on Ray actors (`clearsight.api.video_ray`: one video is cut
+    across the workers), one line each as `_restore_videos` prints them; returns the ones
+    that failed. Finished outputs are skipped unless --overwrite, as Ray runs images."""
     from clearsight.api.video_ray import restore_videos_ray
 
-    skip = ray.pop("skip_existing")
-    summary = run_on_ray(
-        "videos", lambda **cb: restore_videos_ray(
-            model, ray.pop("inputs"), out, overwrite=skip is False, earlier_failed=earlier,
-            **ray, **options, **video, **cb),
-    )  # fmt: skip
+    def start(**callbacks: Any) -> Any:
+        return restore_videos_ray(
+            model, inputs, out, overwrite=skip_existing is False, earlier_failed=earlier,
+            **options, **video, **callbacks,
+        )  # fmt: skip
+
+    summary = run_on_ray("videos", start)
     for r in summary.done:  # the failed ones were printed as they came back
         say(f"{r.source} -> {r.output}  ({r.frames} frames, {r.segments} segment(s))", err=True)
     say(f"{verb} {len(summary.done)} video(s) into {out} with {model}")
