@@ -62,14 +62,6 @@ def test_restore_a_video_with_an_image_model_frame_by_frame(mixed: Path, tmp_pat
     assert max(diffs) < 3
 
 
-def test_videos_refuse_the_ray_engine(mixed: Path, tmp_path: Path) -> None:
-    res = runner.invoke(
-        app, ["restore", "--model", "identity", str(mixed), "-o", str(tmp_path / "o"),
-              "--engine", "ray"],
-    )  # fmt: skip
-    assert res.exit_code == 1 and "--engine" in res.output and "videos" in res.output
-
-
 def test_detect_a_video_writes_the_drawn_clip_and_one_json_line_per_frame(
     mixed: Path, tmp_path: Path
 ) -> None:

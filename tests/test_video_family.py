@@ -33,6 +33,7 @@ def test_the_video_row_names_code_that_loads() -> None:
     assert row.load("evaluator").__module__ == "clearsight.video.evaluate"
     assert row.default_metric == "psnr" and row.export_layouts == ()
     assert row.serve_endpoint == "/v1/jobs"
+    assert row.load("ray_task").__module__ == "clearsight.scale.video_ray"
 
 
 def test_s2vd_is_the_video_family_and_image_models_are_not() -> None:

@@ -128,9 +128,7 @@ FAMILIES: dict[Family, FamilyRow] = {
         training_task="clearsight.engine.video_train:VideoRestorationTask",
         export_layouts=(),
         serve_endpoint="/v1/jobs",
-        # --engine ray runs images; a video model there restores each image as a one-frame
-        # clip, as the restoration family's task does (videos run with --engine local)
-        ray_task="clearsight.scale.ray_engine:restore_files_ray",
+        ray_task="clearsight.scale.video_ray:restore_videos_ray",
     ),
 }
 

@@ -97,8 +97,6 @@ def restore_images(
     video = dict(video or {})
     plan = _media_plan(inputs, out, video.get("fps"), video.get("frames_out"))
     on_ray = api.check_engine(engine) == "ray"
-    if plan.videos and on_ray:
-        raise OptionError("engine", "videos run with --engine local (one at a time)")
     if bundled is not None and (plan.images or not plan.videos):
         api.require_bundled(model, bundled)
     account = None
@@ -115,13 +113,22 @@ def restore_images(
         else:
             finish(account, verb, out)  # type: ignore[arg-type]
         return account
-    if account is not None:
+    if account is not None and on_ray:
+        say(f"{account.line()} into {out}")
+    elif account is not None:
         summarize(account, verb, out)
-    failed = _restore_videos(
-        plan.videos, out, video_model or model, verb=verb, max_pixels=max_pixels,
-        fail_fast=fail_fast, earlier=account.failed if account is not None else [],
+    common: dict[str, Any] = dict(
+        verb=verb, max_pixels=max_pixels, earlier=account.failed if account is not None else [],
         device=options.get("device", "cpu"), tile=options.get("tile"), video=video,
     )  # fmt: skip
+    if on_ray:
+        failed = _restore_videos_ray(
+            inputs, out, video_model or model, skip_existing=skip_existing, address=address,
+            workers=workers, **common,
+        )  # fmt: skip
+    else:
+        failed = _restore_videos(plan.videos, out, video_model or model, fail_fast=fail_fast,
+                                 **common)  # fmt: skip
     earlier = len(account.failed) if account is not None else 0
     if failed or earlier:
         say(f"{len(failed) + earlier} input(s) failed; see {out / 'failures.csv'}", err=True)
@@ -193,6 +200,34 @@ def _restore_videos(
     say(f"{verb} {len(ok)} video(s) into {out} with {model}")
     say(f"{len(ok)} done, 0 skipped, {len(failed)} failed")
     return failed
+
+
+def _restore_videos_ray(
+    inputs: list[str], out: Path, model: str, *, verb: str, earlier: list[Any],
+    skip_existing: bool | None, video: dict[str, Any], **options: Any,
+) -> list[Any]:  # fmt: skip
+    """The videos of `inputs` on Ray actors (`clearsight.api.video_ray`: one video is cut
+    across the workers), one line each as `_restore_videos` prints them; returns the ones
+    that failed. Finished outputs are skipped unless --overwrite, as Ray runs images."""
+    from clearsight.api.video_ray import restore_videos_ray
+
+    video = dict(video)
+    for option, name in (("fps", "--fps"), ("frames_out", "--frames-out")):
+        if video.pop(option, None) is not None:
+            raise OptionError(option, f"{name} runs with --engine local (Ray takes video files)")
+
+    def start(**callbacks: Any) -> Any:
+        return restore_videos_ray(
+            model, inputs, out, overwrite=skip_existing is False, earlier_failed=earlier,
+            **options, **video, **callbacks,
+        )  # fmt: skip
+
+    summary = run_on_ray("videos", start)
+    for r in summary.done:  # the failed ones were printed as they came back
+        say(f"{r.source} -> {r.output}  ({r.frames} frames, {r.segments} segment(s))", err=True)
+    say(f"{verb} {len(summary.done)} video(s) into {out} with {model}")
+    say(summary.line())
+    return summary.failed
 
 
 def _restore_image_inputs(
