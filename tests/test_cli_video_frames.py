@@ -107,3 +107,15 @@ def test_bad_fps_and_frames_out_are_one_line_naming_the_option(
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and all(w in lines[0] for w in words), res.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "frames").exists()
+
+
+def test_frame_folders_and_frames_out_are_refused_on_ray_before_it_starts(tmp_path: Path) -> None:
+    """Ray takes video files: --fps folders and --frames-out run locally, and say so."""
+    _numbered(tmp_path / "shot", 2)
+    res = runner.invoke(
+        app, ["restore", "-m", "identity", str(tmp_path / "shot"), "--fps", "25",
+              "--engine", "ray", "-o", str(tmp_path / "out")],
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--fps" in lines[0] and "--engine local" in lines[0], res.output
