@@ -59,9 +59,13 @@ def is_quant_key(key: str) -> bool:
     return any(k in key for k in _QUANT_KEYS)
 
 
-def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of every quantizer buffer (scales, zero points, observer ranges, flags)."""
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if is_quant_key(k)}
+def snapshot(model: nn.Module, buffers: bool = False) -> dict[str, torch.Tensor]:
+    """A copy of every quantizer buffer (scales, zero points, observer ranges, flags); with
+    `buffers`, of every buffer too: BatchNorm's running statistics also take in a batch
+    during the forward, before its loss can be found NaN (the trainer's guard undoes both)."""
+    names = {n for n, _ in model.named_buffers()} if buffers else set()
+    state = model.state_dict()
+    return {k: v.detach().clone() for k, v in state.items() if k in names or is_quant_key(k)}
 
 
 def restore(model: nn.Module, state: dict[str, torch.Tensor]) -> None:

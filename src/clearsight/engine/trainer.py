@@ -238,7 +238,7 @@ class _Run:
         for g in self.opt.param_groups:
             g["lr"] = lr
         total = torch.zeros((), device=self.d.device)
-        quant = qat.snapshot(self.model) if self.qat else None
+        saved = qat.snapshot(self.model, buffers=True)  # running statistics and quantizers
         for micro in range(t.grad_accum):
             raw = batch if batch is not None else self.stream.next()
             inp, tgt = self.to_device(raw)
@@ -265,11 +265,11 @@ class _Run:
             norm = nn.utils.clip_grad_norm_(self.model.parameters(), t.clip_grad_norm)
             ok = bool(torch.isfinite(norm))
             self.nan_where = "" if ok else "gradient norm"
-        if ok and quant is not None:
+        if ok and self.qat:
             bad = qat.nonfinite(self.model, quant_only=True)
             ok, self.nan_where = not bad, f"quantizer range {bad[0]}" if bad else ""
-        if not ok and quant is not None:
-            qat.restore(self.model, quant)  # the observers saw the bad batch: undo them too
+        if not ok:  # BatchNorm and the observers took in the bad batch: undo that too
+            qat.restore(self.model, saved)
         if ok:
             self.opt.step()
             if self.ema is not None:
