@@ -22,6 +22,8 @@ import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 TEMP_TAG = "clearsight"
 # .<stem>.clearsight-<pid>-<token>.tmp<suffix>; the suffix keeps the target's extension so
@@ -191,3 +193,28 @@ def sweep_leftovers(
         _remove(p)
         removed.append(p)
     return removed
+
+
+class ClosedOrAborted:
+    """A writer as a context manager: `close()` (publish) when the block ends well,
+    `abort(exc)` (discard, nothing half-written left) when it raises. Subclasses define both."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self, exc: BaseException | None = None) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            self.close()
+        else:
+            self.abort(exc)

@@ -32,6 +32,23 @@ def check_clean(clean: np.ndarray, what: str) -> tuple[int, int]:
     return h, w
 
 
+def check_clip_frame(
+    frame: np.ndarray, index: int, size: tuple[int, int] | None, what: str
+) -> tuple[int, int]:
+    """(H, W) of frame `index` of a clean clip: `check_clean`'s rules, and the first frame's
+    size (`size`, None for the first); a ClearsightError naming the frame otherwise."""
+    try:
+        hw = check_clean(np.asarray(frame), what)
+    except ValueError as exc:
+        raise ClearsightError(f"frame {index}: {exc}") from None
+    if size is not None and hw != size:
+        raise ClearsightError(
+            f"frame {index}: {hw[1]}x{hw[0]} differs from the clip's first frame "
+            f"{size[1]}x{size[0]}; a video's frames share one size"
+        )
+    return hw
+
+
 def synth_sources(clean_dir: Path, out: Path, per_image: int, degraded: str) -> list[Path]:
     """The clean images to synthesise from; creates OUT/<degraded> and OUT/clean."""
     from clearsight.io import list_images

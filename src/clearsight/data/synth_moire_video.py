@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clearsight.data.synth_common import check_clean
+from clearsight.data.synth_common import check_clip_frame
 from clearsight.data.synth_moire import MoireConfig, _tone, _u, capture, homography
-from clearsight.errors import ClearsightError, OptionError
+from clearsight.errors import OptionError
 from clearsight.io import to_uint8
 
 
@@ -83,19 +83,6 @@ class CameraPath:
         return homography(h, w, margin, self.angle + float(d[1]), jitter, (d[10], d[11]))
 
 
-def _check_frame(frame: np.ndarray, index: int, size: tuple[int, int] | None) -> tuple[int, int]:
-    try:
-        hw = check_clean(np.asarray(frame), "moiré")
-    except ValueError as exc:
-        raise ClearsightError(f"frame {index}: {exc}") from None
-    if size is not None and hw != size:
-        raise ClearsightError(
-            f"frame {index}: {hw[1]}x{hw[0]} differs from the clip's first frame "
-            f"{size[1]}x{size[0]}; a video's frames share one size"
-        )
-    return hw
-
-
 def moire_clip(
     frames: Iterable[np.ndarray],
     seed: int,
@@ -116,7 +103,7 @@ def moire_clip(
     size: tuple[int, int] | None = None
     path: CameraPath | None = None
     for t, frame in enumerate(frames):
-        h, w = _check_frame(frame, t, size)
+        h, w = check_clip_frame(frame, t, size, "moiré")
         if size is None:
             size = (h, w)
             base = (

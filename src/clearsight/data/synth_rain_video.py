@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from clearsight.data.synth_common import check_clean
+from clearsight.data.synth_common import check_clip_frame
 from clearsight.data.synth_rain import (
     PRESETS,
     RainConfig,
@@ -30,7 +30,7 @@ from clearsight.data.synth_rain import (
     preset_config,
     streak_layer,
 )
-from clearsight.errors import ClearsightError, OptionError
+from clearsight.errors import OptionError
 
 SPEED_PER_LENGTH = (0.6, 1.2)
 """A layer's speed in pixels per frame, as a multiple of its streak length (the streak is the
@@ -82,19 +82,6 @@ def clip_layers(h: int, w: int, rng: np.random.Generator, cfg: RainConfig) -> li
     return layers
 
 
-def _check_frame(frame: np.ndarray, index: int, size: tuple[int, int] | None) -> tuple[int, int]:
-    try:
-        hw = check_clean(np.asarray(frame), "rain")
-    except ValueError as exc:
-        raise ClearsightError(f"frame {index}: {exc}") from None
-    if size is not None and hw != size:
-        raise ClearsightError(
-            f"frame {index}: {hw[1]}x{hw[0]} differs from the clip's first frame "
-            f"{size[1]}x{size[0]}; a video's frames share one size"
-        )
-    return hw
-
-
 def rainy_clip(
     frames: Iterable[np.ndarray], seed: int, preset: str | RainConfig = "light"
 ) -> Iterator[np.ndarray]:
@@ -115,7 +102,7 @@ def rainy_clip(
     layers: list[MovingLayer] = []
     haze: tuple[np.ndarray, float] | None = None
     for t, frame in enumerate(frames):
-        h, w = _check_frame(frame, t, size)
+        h, w = check_clip_frame(frame, t, size, "rain")
         if size is None:
             size = (h, w)
             layers = clip_layers(h, w, rng, cfg)

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from html import escape
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from clearsight.atomic import ClosedOrAborted
 from clearsight.errors import OptionError, VideoReadError
 from clearsight.metrics.image_metrics import psnr
 from clearsight.metrics.presets import PEAK, get_preset
@@ -62,7 +62,7 @@ class _Thumbs:
     images: list[tuple[str, bytes]] = field(default_factory=list)
 
 
-class VideoReportCollector:
+class VideoReportCollector(ClosedOrAborted):
     """Collects what the report of one clip shows while `evaluate_video` runs: the player's
     two videos (encoded as the frames come), the input frames' PSNR under `preset`, and the
     thumbnails of evenly spaced frames. Use as a context manager: on success the videos are
@@ -163,20 +163,6 @@ class VideoReportCollector:
     def abort(self, exc: BaseException | None = None) -> None:
         for w in self._writers:
             w.abort(exc)
-
-    def __enter__(self) -> VideoReportCollector:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort(exc)
 
 
 # --------------------------------------------------------------------------- the plot

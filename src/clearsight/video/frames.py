@@ -14,13 +14,12 @@ import re
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import cv2
 import numpy as np
 
-from clearsight.atomic import atomic_dir
+from clearsight.atomic import ClosedOrAborted, atomic_dir
 from clearsight.data.video_pairs import frame_key
 from clearsight.errors import ClearsightError, OptionError, VideoReadError, VideoWriteError
 from clearsight.io import list_images, read_image, to_uint8
@@ -116,7 +115,7 @@ class FrameFolderReader:
         self.close()
 
 
-class FrameFolderWriter:
+class FrameFolderWriter(ClosedOrAborted):
     """Write frames as OUT/000001.png, 000002.png, ... (8-bit RGB), atomically as a folder.
 
     An existing OUT is replaced only when it holds nothing but numbered PNGs (an earlier
@@ -170,20 +169,6 @@ class FrameFolderWriter:
         err = exc or VideoWriteError(f"{self.path}: aborted")
         with contextlib.suppress(BaseException):
             self._atomic.__exit__(type(err), err, err.__traceback__)
-
-    def __enter__(self) -> FrameFolderWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort(exc)
 
 
 def open_source(

@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import av
@@ -35,7 +34,7 @@ import av.error
 import numpy as np
 from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 
-from clearsight.atomic import atomic_path
+from clearsight.atomic import ClosedOrAborted, atomic_path
 from clearsight.errors import OptionError, VideoReadError, VideoWriteError
 from clearsight.io import MAX_PIXELS_ENV, _describe_pixels, resolve_max_pixels
 
@@ -456,7 +455,7 @@ class _SideCopy:
     bytes: dict[int, int] = field(default_factory=dict)
 
 
-class VideoWriter:
+class VideoWriter(ClosedOrAborted):
     """Encode RGB frames to a video file at their own timestamps, atomically.
 
     The container follows the extension; `codec` (default libx264) at `crf` (default 18)
@@ -737,17 +736,3 @@ class VideoWriter:
                 self._side.container.close()
         with contextlib.suppress(BaseException):
             self._atomic.__exit__(type(exc), exc, exc.__traceback__)
-
-    def __enter__(self) -> VideoWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            self.close()
-        else:
-            self.abort(exc)
