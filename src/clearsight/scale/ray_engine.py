@@ -338,13 +338,21 @@ def run_plan_ray(
     ]
     summary = ScaleSummary(list(done), list(skipped), failed, seconds)
     if failed or todo:  # a rerun with nothing to do keeps the list it found
-        listed = [FailedFile(Path(r.source), Path(r.output), r.reason) for r in failed]
-        try:
-            summary.failures_csv = update_failures_csv(out_dir, listed)
-        except FailuresCsvError as exc:
-            exc.run = summary
-            raise
+        record_failures(summary, out_dir, failed)
     return summary
+
+
+def record_failures(
+    summary: ScaleSummary, out_dir: Path, failed: Sequence[ItemResult | FailedFile]
+) -> None:
+    """OUT/failures.csv lists `failed` (removed when none); a CSV that cannot be written
+    raises with the run's summary attached, so the CLI still reports what was done."""
+    listed = [FailedFile(Path(r.source), Path(r.output), r.reason) for r in failed]
+    try:
+        summary.failures_csv = update_failures_csv(out_dir, listed)
+    except FailuresCsvError as exc:
+        exc.run = summary
+        raise
 
 
 def restore_files_ray(

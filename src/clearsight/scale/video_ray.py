@@ -48,11 +48,9 @@ import numpy as np
 from clearsight.errors import ClearsightError, OptionError, VideoReadError
 from clearsight.runtime.failures import (
     FailedFile,
-    FailuresCsvError,
     check_max_pixels,
     failure_reason,
     sweep_output_folders,
-    update_failures_csv,
 )
 from clearsight.scale.inputs import WorkItem
 from clearsight.scale.ray_engine import (
@@ -63,6 +61,7 @@ from clearsight.scale.ray_engine import (
     _connect,
     _resources,
     local_engine_threads,
+    record_failures,
 )
 
 DEFAULT_MIN_SEGMENT_FRAMES = 48
@@ -555,13 +554,7 @@ def restore_videos_ray(
     summary = VideoSummary(list(done), skipped, list(failed), seconds,
                            frames=sum(r.frames for r in done))  # fmt: skip
     if failed or todo:  # a rerun with nothing to do keeps the list it found
-        listed = [FailedFile(Path(f.source), Path(f.output), f.reason)
-                  for f in (*earlier_failed, *failed)]  # fmt: skip
-        try:
-            summary.failures_csv = update_failures_csv(out_dir, listed)
-        except FailuresCsvError as exc:
-            exc.run = summary
-            raise
+        record_failures(summary, out_dir, [*earlier_failed, *failed])
     return summary
 
 
