@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -53,6 +54,23 @@ class MultipleOf8Net(nn.Module):
         h, w = x.shape[-2:]
         assert h % 8 == 0 and w % 8 == 0, (h, w)
         return x * 0.5
+
+
+class SlowNet(nn.Module):
+    """Identity taking 50 ms a call and counting its calls (one per tile, or per frame):
+    slow enough for a test to cancel or abandon the work midway."""
+
+    pad_multiple = 1
+    receptive_radius = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        time.sleep(0.05)
+        return x
 
 
 def loaded(model: nn.Module, preprocess: PreprocessSpec | None = None) -> LoadedModel:

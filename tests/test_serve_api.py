@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from clearsight.cli import app as cli_app  # noqa: E402
 from clearsight.serve import ServeLimits, create_app  # noqa: E402
-from tests.helpers import loaded, random_image  # noqa: E402
+from tests.helpers import SlowNet, loaded, random_image  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 COFFEE = REPO / "examples" / "rainy-coffee.png"
@@ -339,22 +339,6 @@ def test_serve_command_refuses_bad_models_and_limits_in_one_line() -> None:
     res = runner.invoke(cli_app, ["serve", "--models", "identity", "--max-upload-mb", "0"])
     assert res.exit_code == 1 and "--max-upload-mb: must be > 0, got 0.0" in res.output
     assert "serve" in runner.invoke(cli_app, ["--help"]).output
-
-
-class SlowNet(nn.Module):
-    """Identity that takes a while per call and counts its calls (one per tile)."""
-
-    pad_multiple = 1
-    receptive_radius = 0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        time.sleep(0.05)
-        return x
 
 
 def test_abandoned_request_stops_at_the_next_tile() -> None:

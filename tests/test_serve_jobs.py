@@ -23,7 +23,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from clearsight.serve import ServeLimits, create_app  # noqa: E402
-from tests.helpers import loaded, tiny_ssd  # noqa: E402
+from tests.helpers import SlowNet, loaded, tiny_ssd  # noqa: E402
 from tests.video_utils import decoded_frames, decoded_times, make_audio_only, make_video  # noqa: E402
 
 FRAMES = 10
@@ -49,22 +49,6 @@ class StepNet(nn.Module):
     def release(self, n: int = 1000) -> None:
         for _ in range(n):
             self.permits.release()
-
-
-class SlowNet(nn.Module):
-    """Identity taking 50 ms a frame."""
-
-    pad_multiple = 1
-    receptive_radius = 0
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.calls += 1
-        time.sleep(0.05)
-        return x
 
 
 @pytest.fixture(scope="module")
