@@ -26,6 +26,12 @@ MaxPixOpt = Annotated[
         help="Refuse images with more decoded pixels (default 200M, or $CLEARSIGHT_MAX_PIXELS).",
     ),
 ]
+ClipFpsOpt = Annotated[
+    float | None, typer.Option("--fps", help="With --video: frame rate of a frames folder.")
+]
+MaxFramesOpt = Annotated[
+    int | None, typer.Option("--max-frames", help="With --video: at most this many frames.")
+]
 DeviceOpt = Annotated[str, typer.Option("--device", help="torch device, e.g. cpu or cuda.")]
 BackendOpt = Annotated[
     str,

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from clearsight.cli._app import app, console, friendly, progress, say
-from clearsight.cli._options import MaxPixOpt
+from clearsight.cli._options import ClipFpsOpt, MaxFramesOpt, MaxPixOpt
 from clearsight.errors import OptionError
 
 synth_app = typer.Typer(
@@ -41,12 +41,8 @@ def synth_moire_cmd(
             "OUT/moire and OUT/clean.",
         ),
     ] = False,
-    fps: Annotated[
-        float | None, typer.Option("--fps", help="With --video: frame rate of a frames folder.")
-    ] = None,
-    max_frames: Annotated[
-        int | None, typer.Option("--max-frames", help="With --video: at most this many frames.")
-    ] = None,
+    fps: ClipFpsOpt = None,
+    max_frames: MaxFramesOpt = None,
 ) -> None:
     """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
     from clearsight.api import synth_moire, synth_moire_video
@@ -100,12 +96,8 @@ def synth_rain_cmd(
             "from frame to frame; numbered frame pairs in OUT/rain and OUT/clean.",
         ),
     ] = False,
-    fps: Annotated[
-        float | None, typer.Option("--fps", help="With --video: frame rate of a frames folder.")
-    ] = None,
-    max_frames: Annotated[
-        int | None, typer.Option("--max-frames", help="With --video: at most this many frames.")
-    ] = None,
+    fps: ClipFpsOpt = None,
+    max_frames: MaxFramesOpt = None,
 ) -> None:
     """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
     from clearsight.api import synth_rain, synth_rain_video
