@@ -112,7 +112,8 @@ def test_two_videos_and_flicker_without_clean_frames(tmp_path: Path) -> None:
     assert [r["name"] for r in result.rows] == [f"{i:06d}" for i in range(1, 7)]
 
     alone = evaluate_video(lambda f: f, (tmp_path / "rain.mkv", None), tmp_path / "flick")
-    assert alone.summary["frames"] == 6 and set(alone.summary) == {"flicker", "frames"}
+    assert alone.summary["frames"] == 6
+    assert set(alone.summary) == {"flicker", "frames", "temporal"}
     assert alone.summary["flicker"]["mean"] == pytest.approx(flicker(rain, rain).mean)
     with open(tmp_path / "flick" / "per_frame.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -151,3 +152,23 @@ def test_a_frame_of_another_size_and_a_bad_model_are_one_line_errors(tmp_path: P
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
     with pytest.raises(OptionError, match=r"^model: expected a Restorer or a frame function"):
         evaluate_video(42, tmp_path / "clip")
+
+
+def test_temporal_scores_the_blended_frames_as_restore_video_makes_them(tmp_path: Path) -> None:
+    """`temporal=True` blends the restored frames (the same `TemporalBlend` the restore
+    commands run) before scoring and saving them: the noise that changes from frame to frame
+    is damped, so the warping error drops, and the saved frames are the blended ones."""
+    from clearsight.video.temporal import TemporalBlend
+
+    rain, clean = _clip_folder(tmp_path / "clip", n=6)
+    identity = Restorer.from_pretrained("identity")
+    plain = evaluate_video(identity, tmp_path / "clip", tmp_path / "a")
+    blended = evaluate_video(identity, tmp_path / "clip", tmp_path / "b", temporal=True,
+                             save_images=True)  # fmt: skip
+    assert blended.summary["temporal"] is True and plain.summary["temporal"] is False
+    we = [r.summary["warping_error"]["mean"] for r in (plain, blended)]
+    assert we[1] < 0.8 * we[0]
+    blend = TemporalBlend()
+    want = [blend(f) for f in rain]
+    got = [read_image(p) for p in sorted((tmp_path / "b" / "restored").glob("*.png"))]
+    assert len(got) == 6 and all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))

@@ -21,6 +21,7 @@ from clearsight.cli._options import (
     SkipExistingOpt,
     StagesOpt,
     StageThresholdOpt,
+    TemporalOpt,
     TileOpt,
     TtaOpt,
 )
@@ -128,6 +129,7 @@ def eval_cmd(
             "player (default 25; a video keeps its own).",
         ),
     ] = None,
+    temporal: TemporalOpt = False,
 ) -> None:
     """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
     folder; a clip with --video); per-image CSV and summary JSON."""
@@ -136,7 +138,7 @@ def eval_cmd(
     api.check_max_pixels(max_pixels)
     if video:
         page = report if report is not None else (out / "report.html" if out else None)
-        _eval_video(model, data, clean, out, preset or "y-matlab", save_images, page, fps)
+        _eval_video(model, data, clean, out, preset or "y-matlab", save_images, page, fps, temporal)
         return
     if api.model_family(model) is api.Family.DETECTION:
         _eval_detection(model, data, out, device, report, report_k)
@@ -234,6 +236,7 @@ def _eval_video(
     save: bool,
     report: Path | None,
     fps: float | None,
+    temporal: bool,
 ) -> None:
     """`clearsight eval --video`: one clip restored and scored frame by frame; the HTML
     report (OUT/report.html, or --report) with its player's two clips beside it."""
@@ -245,8 +248,9 @@ def _eval_video(
         api.check_output_file(report, "--report")
     pairs: Any = data if clean is None else (data, clean)
     res = api.evaluate_video(
-        model, pairs, out, preset=preset, save_images=save, report=report, fps=fps
-    )
+        model, pairs, out, preset=preset, save_images=save, report=report, fps=fps,
+        temporal=temporal,
+    )  # fmt: skip
     summary = res.summary
     for key in ("psnr", "ssim", "warping_error", "flicker"):
         value = summary.get(key, {})

@@ -170,6 +170,17 @@ def _restored(model: Any, frames: Iterator[np.ndarray], clip: bool) -> Iterator[
         yield out
 
 
+def _blended(frames: Iterator[np.ndarray], temporal: bool) -> Iterator[np.ndarray]:
+    if not temporal:
+        yield from frames
+        return
+    from clearsight.video.temporal import TemporalBlend
+
+    blend = TemporalBlend()
+    for frame in frames:
+        yield blend(frame)
+
+
 def _model(model: Any, clip: bool) -> Any:
     """A model reference (a bundled name or an artifact path) becomes a `Restorer`."""
     if isinstance(model, str | Path):
@@ -202,6 +213,7 @@ def evaluate_video(
     save_images: bool = False,
     fps: float | None = None,
     clip: bool = False,
+    temporal: bool = False,
     on_start: Callable[[int | None, Fraction], None] | None = None,
     on_frame: Callable[[ClipFrame], None] | None = None,
 ) -> VideoEvalResult:
@@ -217,7 +229,9 @@ def evaluate_video(
     and with `save_images` the restored frames as `restored/<input stem>.png`, each
     written atomically. `on_start(frames or None, frame rate)` once, then `on_frame` with
     each frame's input, restored and clean images (a `ClipFrame`), in order; `fps` is the
-    frame rate of a folder of frames (default 25).
+    frame rate of a folder of frames (default 25). `temporal`: the restored frames go
+    through the flow-guided blend (`clearsight.video.temporal.TemporalBlend`, what
+    `restore_video(temporal=True)` runs) before they are scored and saved.
     """
     out = check_output_folder(out_dir, "out_dir") if out_dir is not None else None
     if save_images and out is None:
@@ -233,7 +247,8 @@ def evaluate_video(
     tap = _Tap(data, on_frame)
     with _ImageSaver(out / IMAGES_FOLDER if save_images and out else None, data) as saver:
         if data.clean is not None:
-            outputs = tap.outputs(saver.wrap(_restored(model, tap.inputs(data.inputs()), clip)))
+            restored = _blended(_restored(model, tap.inputs(data.inputs()), clip), temporal)
+            outputs = tap.outputs(saver.wrap(restored))
             try:
                 score = score_frames(outputs, tap.clean(data.clean()), preset=preset)
             except ShapeMismatchError as exc:
@@ -254,17 +269,22 @@ def evaluate_video(
                 "warping_error": {"mean": _mean([r["warping_error"] for r in rows[1:]])},
                 "frames": len(rows),
                 "preset": score.preset,
+                "temporal": temporal,
             }
         else:
             model_in, guides = itertools.tee(data.inputs())  # in lockstep: one frame buffered
-            restored = saver.wrap(_restored(model, tap.inputs(model_in), clip))
+            restored = saver.wrap(_blended(_restored(model, tap.inputs(model_in), clip), temporal))
             outputs = tap.without_clean(restored)
             result = flicker(outputs, guides)
             if saver.count == 0:
                 raise PairingError(f"{pairs}: no frames to score")
             flick = [None, *result.per_frame]
             rows = [{"name": data.name(i), "flicker": v} for i, v in enumerate(flick)]
-            summary = {"flicker": {"mean": _mean(result.per_frame)}, "frames": len(rows)}
+            summary = {
+                "flicker": {"mean": _mean(result.per_frame)},
+                "frames": len(rows),
+                "temporal": temporal,
+            }
     if saver.folder is not None:
         files.append(saver.folder)
     if out is not None:
