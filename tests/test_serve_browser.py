@@ -1,6 +1,7 @@
 """`clearsight serve` in headless Chromium: the real command on a free port, the page
 restoring `examples/rainy-coffee.png` (the slider moves the split) and detecting objects
-(labelled boxes drawn), an error shown as a message, on a laptop and a phone screen.
+(labelled boxes drawn), a video as a job (its progress, then input and result side by
+side), an error shown as a message, on a laptop and a phone screen.
 
 Screenshots go to the test's folder, and also to $CLEARSIGHT_SCREENSHOT_DIR when set
 (the README's come from `CLEARSIGHT_SCREENSHOT_DIR=docs/img`).
@@ -29,6 +30,7 @@ pytest.importorskip("uvicorn")
 
 REPO = Path(__file__).resolve().parents[1]
 COFFEE = REPO / "examples" / "rainy-coffee.png"
+CLIP = REPO / "examples" / "rainy-coffee-clip.mp4"
 LAUNCH_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -147,6 +149,21 @@ def test_page_restores_and_detects_in_chromium(server_url: str, tmp_path: Path) 
             size = page.locator("#boxes .box").first.bounding_box()
             assert size["width"] > 20 and size["height"] > 20
             _save(page.screenshot(full_page=True), "serve-detect-desktop.png", tmp_path)
+
+            # a video is a job: progress polled, then the input and the result play side by
+            # side, with the detections as JSON lines beside the download
+            page.set_input_files("#file", str(CLIP))
+            page.click("#run")
+            page.wait_for_selector("#videos:not([hidden])", timeout=RESULT_TIMEOUT_MS)
+            assert page.locator("#error").is_hidden() and page.locator("#compare").is_hidden()
+            ready = "id => document.getElementById(id).readyState >= 1"
+            for vid in ("video-before", "video-after"):
+                page.wait_for_function(f"({ready})('{vid}')", timeout=30_000)
+            durations = [page.evaluate(f"document.getElementById('{v}').duration")
+                         for v in ("video-before", "video-after")]  # fmt: skip
+            assert durations[0] > 0.5 and abs(durations[0] - durations[1]) < 0.1
+            assert page.get_attribute("#download-lines", "href").startswith("/v1/jobs/")
+            _save(page.screenshot(full_page=True), "serve-video-desktop.png", tmp_path)
 
             # an error is a readable message on the page, not a broken result
             page.select_option("#task", "derain")
