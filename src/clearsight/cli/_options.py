@@ -144,8 +144,9 @@ TemporalOpt = Annotated[
     bool,
     typer.Option(
         "--temporal",
-        help="Videos, per-frame models: blend each output with the flow-warped previous one "
-        "where the occlusion tests pass (less flicker; docs/video.md).",
+        help="Videos: blend each output with the flow-warped previous one where the "
+        "occlusion tests pass (less flicker; it helps per-frame models, not video-derain: "
+        "docs/video.md).",
     ),
 ]
 DemoireTemporalOpt = Annotated[
