@@ -67,6 +67,9 @@ def test_bundled_video_derain_is_listed_and_loads_as_video(tmp_path: Path) -> No
     rows = {r["name"]: r for r in list_models()}
     assert rows["video-derain"]["task"] == "video-derain"
     assert rows["s2vd"]["task"] == "video-derain"
+    # released weights converted here are not called trained by us
+    assert rows["video-derain"]["description"] == "converted s2vd"
+    assert rows["default-derain"]["description"] == "trained rescan"
     loaded = load_model("video-derain")
     assert loaded.family is Family.VIDEO and isinstance(video_model(loaded), Windowed)
 

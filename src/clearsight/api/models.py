@@ -83,10 +83,16 @@ def list_models() -> list[dict[str, Any]]:
                 "task": cfg.task,
                 "params": cfg.param_count,
                 "preset": cfg.metric_preset,
-                "description": f"trained {cfg.architecture}",
+                "description": f"{_origin(cfg)} {cfg.architecture}",
             }
         )
     return rows
+
+
+def _origin(cfg: Any) -> str:
+    """How a bundled model came to be: converted from released weights (its provenance
+    names them) or trained here."""
+    return "converted" if "converted_from" in (cfg.provenance or {}) else "trained"
 
 
 def audit(model: str | os.PathLike[str], *, size: int = 32, seed: int = 0) -> AuditReport:
