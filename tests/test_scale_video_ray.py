@@ -39,7 +39,6 @@ from clearsight.scale.video_ray import (
     _plan,
     _run,
     probe_frames,
-    restore_from,
     segment_jobs,
     segment_starts,
     segments_folder,
@@ -163,11 +162,11 @@ def test_segments_restored_apart_give_the_windows_of_the_whole_clip():
     for s, e in ((0, 8), (8, 16), (16, 19)):  # cut at multiples of the window, as planned
         first, stop = max(0, s - 1), min(e + 1, 19)
         count = e - s if e < 19 else None
-        pieces += list(restore_from(iter(clip[first:stop]), model, s - first, count))
+        pieces += list(restore_frames(iter(clip[first:stop]), model, s - first, count))
     assert len(pieces) == 19
     assert all(np.array_equal(a, b) for a, b in zip(pieces, whole, strict=True))
     # without its context a segment's first window differs: the test can tell
-    alone = list(restore_from(iter(clip[8:17]), model, 0, 8))
+    alone = list(restore_frames(iter(clip[8:17]), model, 0, 8))
     assert not np.array_equal(alone[0], whole[8])
 
 

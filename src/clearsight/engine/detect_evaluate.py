@@ -73,10 +73,12 @@ def evaluate_detector(
     *,
     backend: Backend | str = "faster-coco-eval",
     max_detections: int = 100,
+    on_image: Callable[[int, Detections], None] | None = None,
 ) -> tuple[CocoEvalResult, list[dict[str, Any]]]:
-    """COCO bbox AP of `detector` on `dataset`, and the detections it was computed from."""
+    """COCO bbox AP of `detector` on `dataset`, and the detections it was computed from;
+    `on_image(index, detections)` after each image."""
     check_class_ids(dataset.raw, detector.class_ids, str(dataset.annotation_file))
-    results = detect_dataset(detector, dataset, max_detections=max_detections)
+    results = detect_dataset(detector, dataset, max_detections=max_detections, on_image=on_image)
     coco = evaluate_coco(
         dataset.raw,
         results,
@@ -182,15 +184,9 @@ def evaluate_coco_set(
         if on_image is not None:
             on_image(i, dets)
 
-    results = detect_dataset(detector, dataset, max_detections=max_detections, on_image=timed)
-    coco = evaluate_coco(
-        dataset.raw,
-        results,
-        backend=backend,
-        max_detections=max_detections,
-        class_ids=detector.class_ids,
+    coco, results = evaluate_detector(
+        detector, dataset, backend=backend, max_detections=max_detections, on_image=timed
     )
-    results = listed_detections(dataset.raw, results, detector.class_ids)
     rows = [
         {**r, "latency_ms": latency.get(r["image_id"], 0.0)}
         for r in image_rows(dataset.raw, results)

@@ -193,19 +193,27 @@ def _float01(frame: torch.Tensor) -> torch.Tensor:
     return frame.float().div_(255.0) if frame.dtype == torch.uint8 else frame
 
 
-def restore_frames(frames: Iterable[Frame], model: VideoModel) -> Iterator[Frame]:
+def restore_frames(
+    frames: Iterable[Frame], model: VideoModel, lead: int = 0, count: int | None = None
+) -> Iterator[Frame]:
     """The restored frames of `frames`, in order, window by window (`model.spec`).
 
     Arrays in give HxWx3 uint8 arrays out; tensors in give [3,H,W] float tensors in [0, 1].
     At most `spec.frames + 2 * spec.context` input frames are held at a time (uint8 frames
     as uint8); a window is converted to float32 only while it runs.
+
+    A segment of a longer clip (`--engine ray` cuts one at window starts): the first `lead`
+    frames are only the context before it (its windows start after them, where the whole
+    clip's windows start), and `count` frames (None: all) are restored, so the windows, and
+    the outputs, are the ones the whole clip gives.
     """
     spec = model.spec
     it = iter(frames)
     held: list[torch.Tensor] = []  # input frames [first, first + len(held))
-    first, start, size, as_array = 0, 0, None, True
+    first, start, size, as_array = 0, lead, None, True
+    stop = None if count is None else lead + count
     exhausted = False
-    while True:
+    while stop is None or start < stop:
         want = start + spec.frames + spec.context  # the window's frames and its right context
         while not exhausted and first + len(held) < want:
             try:

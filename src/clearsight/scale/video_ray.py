@@ -11,18 +11,18 @@ for a per-frame model; for a window model (S2VD, `video-derain`) at multiples of
 window, where the local run's windows start, each segment reading its windows' context
 frames beyond both cuts. Each worker seeks to the keyframe before its first frame and
 decodes only until its last (`VideoReader.frames(start, duration)`: frames before the start
-are dropped), restores the same windows the local run restores there (`restore_from`), and
-writes the restored frames *losslessly* (FFV1, RGB) to a segment file, returning their
-timestamps. The driver then decodes the segment files in order and encodes the output once,
-with the local engine's writer (`writer_like`: its codec settings, the input's timestamps,
-the audio and subtitle packets copied), and applies the `temporal` blend there, since the
-blend needs the previous output. So the encoder gets the very frames and timestamps the
-local run gives it, in the same order: the output equals the local run's as far as the
-encoder repeats itself (exactly with a lossless or deterministic codec; libx264 through
-PyAV is not reproducible run to run, docs/scale.md), and memory stays bounded (frames
-stream through files; nothing holds a segment). Encoding the segments in the workers and
-concatenating them would spare the driver, but a lossy encoder restarted at each cut does
-not give the local run's frames.
+are dropped), restores the same windows the local run restores there (`restore_frames` with
+a `lead`), and writes the restored frames *losslessly* (FFV1, RGB) to a segment file,
+returning their timestamps. The driver then decodes the segment files in order and encodes
+the output once, with the local engine's writer (`writer_like`: its codec settings, the
+input's timestamps, the audio and subtitle packets copied), and applies the `temporal`
+blend there, since the blend needs the previous output. So the encoder gets the very frames
+and timestamps the local run gives it, in the same order: the output equals the local run's
+as far as the encoder repeats itself (exactly with a lossless or deterministic codec;
+libx264 through PyAV is not reproducible run to run, docs/scale.md), and memory stays
+bounded (frames stream through files; nothing holds a segment). Encoding the segments in
+the workers and concatenating them would spare the driver, but a lossy encoder restarted at
+each cut does not give the local run's frames.
 
 A video with a cut (`start`/`duration`) or whose timestamps are not clean (missing or
 repeated pts) runs whole, one video per task, as locally. A segment whose decoded
@@ -36,7 +36,7 @@ import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -288,52 +288,12 @@ class VideoTask:
         return stamped.pts
 
 
-def restore_from(
-    frames: Iterable[np.ndarray], model: Any, lead: int = 0, count: int | None = None
-) -> Iterator[np.ndarray]:
-    """`engine.video_window.restore_frames` on a segment of a clip: the first `lead` uint8
-    frames are the context before the segment (its windows start after them, where the
-    whole clip's windows start), and only `count` frames (None: all) are restored. Written
-    here because `restore_frames` starts its windows at its first frame; the windows, and
-    so the outputs, are the ones it computes on the whole clip."""
-    import torch
-
-    from clearsight.io import tensor_to_image
-
-    spec = model.spec
-    it = iter(frames)
-    held: list[torch.Tensor] = []  # input frames [first, first + len(held))
-    first, start, exhausted = 0, lead, False
-    stop = None if count is None else lead + count
-    while stop is None or start < stop:
-        want = start + spec.frames + spec.context
-        while not exhausted and first + len(held) < want:
-            frame = next(it, None)
-            if frame is None:
-                exhausted = True
-                break
-            held.append(torch.from_numpy(np.ascontiguousarray(frame.transpose(2, 0, 1))))
-        n_seen = first + len(held)
-        if n_seen <= start:
-            return
-        end = min(start + spec.frames, n_seen)
-        ext_start, ext_end = max(0, start - spec.context), min(want, n_seen)
-        window = torch.stack(
-            [f.float().div_(255.0) for f in held[ext_start - first : ext_end - first]], dim=1
-        ).unsqueeze(0)
-        out = model(window)
-        for k in range(start - ext_start, end - ext_start):
-            yield tensor_to_image(out[0, :, k])
-        start = end
-        keep = max(0, start - spec.context)
-        del held[: keep - first]
-        first = keep
-
-
 def _segment_stream(model: Any, lead: int, count: int | None) -> Callable[..., Any]:
     """`run_pipeline`'s stream for a segment: its restored frames with their pts."""
 
     def stream(frames: Iterator[Any]) -> Iterator[tuple[np.ndarray, int]]:
+        from clearsight.engine.video_window import restore_frames
+
         stamps: list[int] = []
 
         def images() -> Iterator[np.ndarray]:
@@ -341,7 +301,7 @@ def _segment_stream(model: Any, lead: int, count: int | None) -> Callable[..., A
                 stamps.append(f.pts)
                 yield f.image
 
-        for k, image in enumerate(restore_from(images(), model, lead, count)):
+        for k, image in enumerate(restore_frames(images(), model, lead, count)):
             yield image, stamps[lead + k]
 
     return stream
