@@ -9,9 +9,10 @@ frame is written (`clearsight.atomic.atomic_dir`), so a failed run leaves no par
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -180,3 +181,40 @@ def open_source(
     if p.is_dir():
         return FrameFolderReader(p, fps=fps, max_pixels=max_pixels)
     return VideoReader(p, max_pixels=max_pixels)
+
+
+def write_clip_pairs(
+    source: str | Path,
+    out: Path,
+    degraded: str,
+    pairs: Callable[[Iterator[np.ndarray]], Iterable[tuple[np.ndarray, np.ndarray]]],
+    *,
+    what: str,
+    fps: float | None = None,
+    max_frames: int | None = None,
+    max_pixels: int | None = None,
+    on_pair: Callable[[Path], None] | None = None,
+) -> int:
+    """The frames of `source` (a video, or numbered frames at `fps`), at most `max_frames`,
+    through `pairs` (frames in, (degraded, clean) out, in order) into the numbered folders
+    OUT/<degraded> and OUT/clean; both appear only once every pair is written. Returns the
+    pair count; a clip without frames is a one-line error (`what` is synthesised)."""
+    if max_frames is not None and (
+        isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1
+    ):
+        raise OptionError("max_frames", f"must be a whole number >= 1, got {max_frames!r}")
+    n = 0
+    with contextlib.ExitStack() as stack:
+        reader = stack.enter_context(open_source(source, fps=fps, max_pixels=max_pixels))
+        degraded_w = stack.enter_context(FrameFolderWriter(out / degraded))
+        clean_w = stack.enter_context(FrameFolderWriter(out / "clean"))
+        images = (f.image for f in itertools.islice(reader.frames(), max_frames))
+        for bad, clean in pairs(images):
+            path = degraded_w.write(bad)
+            clean_w.write(clean)
+            n += 1
+            if on_pair is not None:
+                on_pair(path)
+        if n == 0:
+            raise VideoReadError(f"{source}: no frames to synthesise {what} on")
+    return n

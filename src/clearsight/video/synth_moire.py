@@ -7,16 +7,13 @@ that `clearsight eval --video` reads; the clean side is each decoded frame writt
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 from collections.abc import Callable
 from pathlib import Path
 
 from clearsight.data.synth_common import SynthReport
 from clearsight.data.synth_moire import MoireConfig
 from clearsight.data.synth_moire_video import CameraMotion, moire_clip
-from clearsight.errors import OptionError, VideoReadError
-from clearsight.video.frames import FrameFolderWriter, open_source
+from clearsight.video.frames import write_clip_pairs
 
 
 def synth_moire_video(
@@ -38,24 +35,10 @@ def synth_moire_video(
     pair is aligned pixel for pixel. Both folders appear only once every frame is written
     (`FrameFolderWriter`).
     """
-    if max_frames is not None and (
-        isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1
-    ):
-        raise OptionError("max_frames", f"must be a whole number >= 1, got {max_frames!r}")
     out = Path(out)
     cfg = MoireConfig(match_tone=match_tone)
-    n = 0
-    with contextlib.ExitStack() as stack:
-        reader = stack.enter_context(open_source(source, fps=fps, max_pixels=max_pixels))
-        moire_w = stack.enter_context(FrameFolderWriter(out / "moire"))
-        clean_w = stack.enter_context(FrameFolderWriter(out / "clean"))
-        images = (f.image for f in itertools.islice(reader.frames(), max_frames))
-        for moire, target in moire_clip(images, seed, cfg, motion):
-            path = moire_w.write(moire)
-            clean_w.write(target)
-            n += 1
-            if on_pair is not None:
-                on_pair(path)
-        if n == 0:
-            raise VideoReadError(f"{source}: no frames to synthesise moiré on")
+    n = write_clip_pairs(
+        source, out, "moire", lambda images: moire_clip(images, seed, cfg, motion),
+        what="moiré", fps=fps, max_frames=max_frames, max_pixels=max_pixels, on_pair=on_pair,
+    )  # fmt: skip
     return SynthReport(pairs=n, out=out)

@@ -6,16 +6,17 @@ that `clearsight eval --video` reads; the clean side is each decoded frame writt
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import numpy as np
 
 from clearsight.data.synth_common import SynthReport
 from clearsight.data.synth_rain import PRESETS
 from clearsight.data.synth_rain_video import rainy_clip
-from clearsight.errors import OptionError, VideoReadError
-from clearsight.video.frames import FrameFolderWriter, open_source
+from clearsight.errors import OptionError
+from clearsight.video.frames import write_clip_pairs
 
 
 def synth_rain_video(
@@ -36,24 +37,14 @@ def synth_rain_video(
     """
     if preset not in PRESETS:
         raise OptionError("preset", f"must be one of {', '.join(PRESETS)}, got {preset!r}")
-    if max_frames is not None and (
-        isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1
-    ):
-        raise OptionError("max_frames", f"must be a whole number >= 1, got {max_frames!r}")
     out = Path(out)
-    n = 0
-    with contextlib.ExitStack() as stack:
-        reader = stack.enter_context(open_source(source, fps=fps))
-        rain_w = stack.enter_context(FrameFolderWriter(out / "rain"))
-        clean_w = stack.enter_context(FrameFolderWriter(out / "clean"))
-        images = (f.image for f in itertools.islice(reader.frames(), max_frames))
+
+    def pairs(images: Iterator[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         clean, to_rain = itertools.tee(images)  # zip takes a clean frame, then its rainy one
         for frame, rainy in zip(clean, rainy_clip(to_rain, seed, preset), strict=True):
-            path = rain_w.write(rainy)
-            clean_w.write(frame)
-            n += 1
-            if on_pair is not None:
-                on_pair(path)
-        if n == 0:
-            raise VideoReadError(f"{source}: no frames to synthesise rain on")
+            yield rainy, frame
+
+    n = write_clip_pairs(
+        source, out, "rain", pairs, what="rain", fps=fps, max_frames=max_frames, on_pair=on_pair
+    )
     return SynthReport(pairs=n, out=out)
