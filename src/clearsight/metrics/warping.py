@@ -128,14 +128,6 @@ def pair_warping_error(
     return float(sq[mask].sum() / (3 * n))
 
 
-def _pairs_of(frames: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
-    prev = None
-    for i, f in enumerate(frames):
-        if i:
-            yield prev, f
-        prev = f
-
-
 @dataclass
 class WarpingResult:
     """Per pair (frame t against t-1, t >= 1) and the mean over pairs."""
@@ -147,6 +139,42 @@ class WarpingResult:
         return float(np.mean(self.per_frame)) if self.per_frame else math.nan
 
 
+def _lockstep(a: Iterable[Any], b: Iterable[Any], what: str) -> Iterator[tuple[Any, Any]]:
+    """Items of `a` and `b` in pairs, streamed; a length mismatch is a ShapeMismatchError
+    (`what`, and after how many frames)."""
+    sentinel = object()
+    ia, ib = iter(a), iter(b)
+    n = 0
+    while True:
+        x, y = next(ia, sentinel), next(ib, sentinel)
+        if x is sentinel and y is sentinel:
+            return
+        if x is sentinel or y is sentinel:
+            raise ShapeMismatchError(f"{what} (mismatch after {n} frames)")
+        yield x, y
+        n += 1
+
+
+class _ConsecutiveWarp:
+    """`step(output, guide)`: the warping error of this output against the previous one,
+    along the flow between their guides (None for the first frame). Holds only the previous
+    output and guide luma, so a clip streams through."""
+
+    def __init__(self, flow_preset: str) -> None:
+        self.est = FlowEstimator(flow_preset)
+        self.prev_out: np.ndarray | None = None
+        self.prev_gray: np.ndarray | None = None
+
+    def __call__(self, out: np.ndarray, guide: np.ndarray) -> float | None:
+        gray = _gray8(guide)
+        error = None
+        if self.prev_out is not None and self.prev_gray is not None:
+            flow, back = self.est(gray, self.prev_gray), self.est(self.prev_gray, gray)
+            error = pair_warping_error(self.prev_out, out, flow, back)
+        self.prev_out, self.prev_gray = out, gray
+        return error
+
+
 def warping_error(
     outputs: Iterable[np.ndarray],
     guides: Iterable[np.ndarray],
@@ -156,27 +184,13 @@ def warping_error(
     """Lai et al.'s warping error of `outputs`, flow computed on `guides` (the clean frames,
     or the input for `flicker`). Both are sequences of HxWx3 RGB frames of one size; a
     length mismatch is an error."""
-    est = FlowEstimator(flow_preset)
+    step = _ConsecutiveWarp(flow_preset)
     result = WarpingResult()
-    prev_out = prev_gray = None
-    n = 0
-    sentinel = object()
-    outs, guide_it = iter(outputs), iter(guides)
-    while True:
-        o, g = next(outs, sentinel), next(guide_it, sentinel)
-        if o is sentinel and g is sentinel:
-            break
-        if o is sentinel or g is sentinel:
-            raise ShapeMismatchError(
-                f"warping error: outputs and guides differ in length (mismatch after {n} frames)"
-            )
-        gray = _gray8(g)  # type: ignore[arg-type]
-        if prev_out is not None:
-            flow = est(gray, prev_gray)
-            back = est(prev_gray, gray)
-            result.per_frame.append(pair_warping_error(prev_out, o, flow, back))  # type: ignore[arg-type]
-        prev_out, prev_gray = o, gray
-        n += 1
+    what = "warping error: outputs and guides differ in length"
+    for o, g in _lockstep(outputs, guides, what):
+        error = step(o, g)
+        if error is not None:
+            result.per_frame.append(error)
     return result
 
 
@@ -212,32 +226,17 @@ def score_frames(
     the metric `preset` (default y-matlab) and Lai et al.'s warping error with the flow
     from the clean frames."""
     mp = get_preset(preset, crop_border=crop_border)
-    est = FlowEstimator(flow_preset)
+    step = _ConsecutiveWarp(flow_preset)
     rows: list[dict[str, float]] = []
     warp_errs: list[float] = []
-    prev_out = prev_gray = None
-    sentinel = object()
-    outs, tgts = iter(outputs), iter(targets)
-    i = 0
-    while True:
-        o, t = next(outs, sentinel), next(tgts, sentinel)
-        if o is sentinel and t is sentinel:
-            break
-        if o is sentinel or t is sentinel:
-            raise ShapeMismatchError(
-                f"clip score: the restored clip and the clean frames differ in length "
-                f"(mismatch after {i} frames)"
-            )
-        row: dict[str, float] = {"frame": i, **mp.compute(o, t)}  # type: ignore[arg-type]
-        gray = _gray8(t)  # type: ignore[arg-type]
-        if prev_out is not None:
-            flow = est(gray, prev_gray)
-            back = est(prev_gray, gray)
-            row["warping_error"] = pair_warping_error(prev_out, o, flow, back)  # type: ignore[arg-type]
-            warp_errs.append(row["warping_error"])
+    what = "clip score: the restored clip and the clean frames differ in length"
+    for i, (o, t) in enumerate(_lockstep(outputs, targets, what)):
+        row: dict[str, float] = {"frame": i, **mp.compute(o, t)}
+        error = step(o, t)
+        if error is not None:
+            row["warping_error"] = error
+            warp_errs.append(error)
         rows.append(row)
-        prev_out, prev_gray = o, gray
-        i += 1
     if not rows:
         raise MetricInputError("clip score: no frames to score")
     summary = {
