@@ -43,6 +43,12 @@ class OptionError(ClearsightError, ValueError):
         self.detail = detail
 
 
+def check_whole_number(option: str, value: object, low: int = 1) -> None:
+    """An OptionError naming `option` unless `value` is an int (not a bool) >= `low`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise OptionError(option, f"must be a whole number >= {low}, got {value!r}")
+
+
 class ModelOutputError(ClearsightError):
     """A model returned a tensor of the wrong shape for its input (batch, channels, size)."""
 

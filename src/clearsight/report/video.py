@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from clearsight.atomic import ClosedOrAborted
-from clearsight.errors import OptionError, VideoReadError
+from clearsight.errors import VideoReadError, check_whole_number
 from clearsight.metrics.image_metrics import psnr
 from clearsight.metrics.presets import PEAK, get_preset
 from clearsight.out_paths import check_output_file
@@ -77,8 +77,7 @@ class VideoReportCollector(ClosedOrAborted):
         crf: int | None = None,
     ) -> None:
         self.page = check_output_file(page, "report")
-        if isinstance(strip, bool) or not isinstance(strip, int) or strip < 1:
-            raise OptionError("strip", f"must be a whole number >= 1, got {strip!r}")
+        check_whole_number("strip", strip)
         self.preset = get_preset(preset)
         self.strip = strip
         self.crf = crf

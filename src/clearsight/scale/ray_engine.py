@@ -157,11 +157,15 @@ class ScaleSummary:
         )
 
 
+def check_count(name: str, value: object) -> None:
+    """A count of a Ray run (workers, batch size, segments): an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise OptionError(name, f"must be >= 1, got {value!r}")
+
+
 def _check_counts(workers: int, batch_size: int) -> None:
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise OptionError("workers", f"must be >= 1, got {workers!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise OptionError("batch_size", f"must be >= 1, got {batch_size!r}")
+    check_count("workers", workers)
+    check_count("batch_size", batch_size)
 
 
 def _connect(address: str | None) -> bool:

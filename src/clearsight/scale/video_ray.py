@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from clearsight.errors import ClearsightError, OptionError, VideoReadError
+from clearsight.errors import ClearsightError, VideoReadError
 from clearsight.runtime.failures import (
     FailedFile,
     check_max_pixels,
@@ -60,6 +60,7 @@ from clearsight.scale.ray_engine import (
     ScaleSummary,
     _connect,
     _resources,
+    check_count,
     local_engine_threads,
     record_failures,
 )
@@ -415,13 +416,6 @@ def _check_segments(source: Path, probe: FrameProbe, results: Sequence[JobResult
 # --------------------------------------------------------------------------- the run
 
 
-def _check_count(name: str, value: object, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionError(name, f"must be >= 1, got {value!r}")
-
-
 @dataclass
 class _Video:
     """The driver's account of one video being restored."""
@@ -465,9 +459,10 @@ def restore_videos_ray(
     written with `earlier_failed` (the run's images), and the others go on. `address`,
     `threads`: as `restore_files_ray`. `on_start(todo, skipped)`; `on_result(video)`.
     """
-    _check_count("workers", workers)
-    _check_count("segments", segments, allow_none=True)
-    _check_count("min_segment_frames", min_segment_frames)
+    check_count("workers", workers)
+    if segments is not None:
+        check_count("segments", segments)
+    check_count("min_segment_frames", min_segment_frames)
     check_max_pixels(max_pixels)
     unknown = set(video_options) - {"codec", "crf", "pix_fmt", "start", "duration", "temporal",
                                     "keep_partial"}  # fmt: skip

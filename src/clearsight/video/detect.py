@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from clearsight.atomic import atomic_path
-from clearsight.errors import OptionError
+from clearsight.errors import OptionError, check_whole_number
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import open_source
 from clearsight.video.io import DEFAULT_CODEC, Frame
@@ -208,8 +208,7 @@ def detect_video(
     batch_size` frames are alive); the other options are `restore_video`'s.
     """
     threshold = _check_threshold(score_threshold)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise OptionError("batch_size", f"must be a whole number >= 1, got {batch_size!r}")
+    check_whole_number("batch_size", batch_size)
     if isinstance(detector, str | Path):
         from clearsight.engine.detector import Detector
 

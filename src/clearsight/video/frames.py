@@ -22,7 +22,13 @@ import numpy as np
 
 from clearsight.atomic import ClosedOrAborted, atomic_dir
 from clearsight.data.video_pairs import frame_key
-from clearsight.errors import ClearsightError, OptionError, VideoReadError, VideoWriteError
+from clearsight.errors import (
+    ClearsightError,
+    OptionError,
+    VideoReadError,
+    VideoWriteError,
+    check_whole_number,
+)
 from clearsight.io import list_images, read_image, to_uint8
 from clearsight.video.io import Frame, VideoInfo, VideoReader, _seconds
 
@@ -199,10 +205,8 @@ def write_clip_pairs(
     through `pairs` (frames in, (degraded, clean) out, in order) into the numbered folders
     OUT/<degraded> and OUT/clean; both appear only once every pair is written. Returns the
     pair count; a clip without frames is a one-line error (`what` is synthesised)."""
-    if max_frames is not None and (
-        isinstance(max_frames, bool) or not isinstance(max_frames, int) or max_frames < 1
-    ):
-        raise OptionError("max_frames", f"must be a whole number >= 1, got {max_frames!r}")
+    if max_frames is not None:
+        check_whole_number("max_frames", max_frames)
     n = 0
     with contextlib.ExitStack() as stack:
         reader = stack.enter_context(open_source(source, fps=fps, max_pixels=max_pixels))
