@@ -118,6 +118,6 @@ def test_cli_default_is_auto_and_help_and_docs_say_so():
     for command in ("restore", "derain", "demoire"):
         text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
         assert re.search(r"--backend .*auto \(the default\)", text), command
-    # the options guide holds what README's command table said (issue #53 moved it there)
+    # the options guide holds what README's command table said (moved there from README)
     guide = (REPO_ROOT / "docs" / "guides" / "options.md").read_text(encoding="utf-8")
     assert "--backend auto" in guide and "restore_speed.py --write-table" in guide

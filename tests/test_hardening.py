@@ -375,7 +375,7 @@ def test_eval_and_export_skip_existing_outputs(tmp_path):
 
 
 def test_onnx_graft_without_padding_fails_the_file_not_the_size(tmp_path):
-    """The issue's reproduction: clearsight's metadata on a convolution without padding."""
+    """The reported reproduction: clearsight's metadata on a convolution without padding."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
