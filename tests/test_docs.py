@@ -353,6 +353,7 @@ def test_model_card_pages_point_at_the_sites_images(tmp_path: Path):
     assert set(cards) >= {"default-derain", "default-demoire", "default-detect"}
     page = hooks.card_page(cards["default-derain"], "models/default-derain.md")
     assert "](../img/derain-v19-crop-1.png)" in page and "../../../" not in page
+    assert page.startswith("# default-derain\n") and "model-index" not in page  # no front matter
     card = tmp_path / "src/clearsight/assets/models/m/MODEL_CARD.md"
     card.parent.mkdir(parents=True)
     card.write_text("# m\n\n[recipe](../../../../../configs/x.yaml) [web](https://x.org)\n")
