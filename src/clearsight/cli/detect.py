@@ -70,6 +70,7 @@ def detect_cmd(
     from clearsight import api
 
     on_ray = engine == "ray"  # the API checks the name
+    api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, track=track)
     plan = api.split_media(inputs, out)
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")

@@ -25,7 +25,7 @@ from clearsight.cli._options import (
     TileOpt,
     TtaOpt,
 )
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, OptionError
 
 if TYPE_CHECKING:
     from clearsight.api import EvalResult, InferenceOptions
@@ -242,6 +242,15 @@ def _eval_video(
     report (OUT/report.html, or --report) with its player's two clips beside it."""
     from clearsight import api
 
+    api.check_video_options(fps=fps)
+    if not data.exists():
+        raise OptionError("data", f"{data} not found")
+    if clean is None and not data.is_dir():
+        raise OptionError(
+            "data",
+            f"{data} is a file: give its clean video with --clean, or a folder with the "
+            "input frames (rain/, moire/ or input/) and clean/",
+        )
     if out is not None:
         api.check_output_folder(out, "--out")
     if report is not None:

@@ -27,6 +27,7 @@ from clearsight.errors import OptionError, check_whole_number
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import open_source
 from clearsight.video.io import DEFAULT_CODEC, Frame
+from clearsight.video.options import check_track
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
 
 if TYPE_CHECKING:
@@ -109,13 +110,7 @@ a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's 
 def _new_tracker(rate: float, threshold: float) -> Any:
     """ByteTrack whose first association and new tracks take the boxes at or above the
     score threshold (the boxes `clearsight detect` would draw), the rest the second."""
-    try:
-        from trackers import ByteTrackTracker
-    except ImportError as exc:
-        raise OptionError(
-            "track", f"needs the trackers package (pip install 'clearsight[video]'): {exc}"
-        ) from exc
-    return ByteTrackTracker(
+    return check_track()(
         frame_rate=rate, track_activation_threshold=threshold, high_conf_det_threshold=threshold
     )
 
@@ -222,7 +217,7 @@ def detect_video(
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
     if track:
-        _new_tracker(25.0, threshold)  # the one-line error for a missing package before any work
+        check_track()  # the one-line error for a missing package before any work
 
     reader = open_source(src, fps=fps, max_pixels=max_pixels)
     writers: list[Any] = []
