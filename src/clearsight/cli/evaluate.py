@@ -119,14 +119,15 @@ def eval_cmd(
         ),
     ] = False,
     clean: Annotated[
-        Path | None, typer.Option("--clean", help="With --video: the clean video for DATA.")
+        Path | None,
+        typer.Option("--clean", help="With --video: the clean video for DATA (a video file)."),
     ] = None,
     fps: Annotated[
         float | None,
         typer.Option(
             "--fps",
             help="With --video: the frame rate of DATA's numbered frames, for the report's "
-            "player (default 25; a video keeps its own).",
+            "player (0.001 to 1000 per second, default 25; a video keeps its own).",
         ),
     ] = None,
     temporal: TemporalOpt = False,
