@@ -31,8 +31,8 @@ SECONDS_DENOMINATOR = 1_000_000
 """`--start` and `--duration` are kept to the microsecond."""
 
 CRF_RANGES: dict[str, tuple[int, int]] = {
-    # x264's scale for 8-bit video; FFmpeg passes any value and x264 silently clamps it to
-    # 51, so the range is checked here (measured: crf 1000 encoded without a word)
+    # x264's scale for 8-bit video; FFmpeg hands x264 any value without a word (measured:
+    # crf 1000 encoded), so the range is checked here
     "libx264": (0, 51),
     "libx265": (0, 51),  # x265 refuses 52 and up when the encoder opens
     "libvpx": (4, 63),  # VP8's crf may not be under its qmin, 4 by default (0-3 refused)
