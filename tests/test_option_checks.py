@@ -86,6 +86,16 @@ def test_a_bad_video_option_is_one_error_before_any_work(
     _refused_before_any_work(res, out, flag)
 
 
+def test_a_codec_the_mp4_outputs_cannot_hold_is_one_error(two_videos: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    res = runner.invoke(
+        app,
+        ["restore", "--model", "identity", str(two_videos), "-o", str(out), "--codec", "prores"],
+    )
+    _refused_before_any_work(res, out, "--codec")
+    assert "--keep-container" in res.output  # the way to keep it: the inputs' own container
+
+
 def test_crf_outside_the_encoders_range_is_refused(two_videos: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     res = runner.invoke(

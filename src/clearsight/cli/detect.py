@@ -70,7 +70,9 @@ def detect_cmd(
     from clearsight import api
 
     on_ray = engine == "ray"  # the API checks the name
-    api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, track=track)
+    api.check_video_options(
+        start=start, duration=duration, codec=codec, crf=crf, track=track, container="mp4"
+    )
     plan = api.split_media(inputs, out)
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")

@@ -97,7 +97,11 @@ def restore_images(
 
     api.check_max_pixels(max_pixels)
     video = dict(video or {})
-    api.check_video_options(**{k: video.get(k) for k in CHECKED_VIDEO_OPTIONS})
+    api.check_video_options(
+        **{k: video.get(k) for k in CHECKED_VIDEO_OPTIONS},
+        container=None if video.get("keep_container") else "mp4",
+        container_hint=", or --keep-container for .mkv inputs",
+    )
     plan = _media_plan(inputs, out, video.get("fps"), video.get("frames_out"))
     on_ray = api.check_engine(engine) == "ray"
     if bundled is not None and (plan.images or not plan.videos):

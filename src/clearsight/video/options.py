@@ -103,6 +103,25 @@ def video_encoder(codec: str) -> Any:
     return encoder
 
 
+def check_container(codec: str, container: str, hint: str = "") -> None:
+    """Every output is a `container` file (an FFmpeg format name, e.g. "mp4"): refuse an
+    encoder it cannot hold once, rather than failing each video when its writer opens."""
+    import io
+
+    import av
+
+    encoder = video_encoder(codec)
+    with av.open(io.BytesIO(), "w", format=container) as probe:
+        holds = encoder.canonical_name in probe.supported_codecs
+    if not holds:
+        raise OptionError(
+            "codec",
+            f"the .{container} outputs cannot hold {encoder.canonical_name} video "
+            f"({encoder.name}); choose one they hold, e.g. libx264, libx265, libvpx-vp9"
+            f"{hint}",
+        )
+
+
 def check_crf(crf: int | None, codec: str = DEFAULT_CODEC) -> None:
     """`--crf` for the encoder `codec`: a whole number within that encoder's range
     (`CRF_RANGES`); an encoder without a crf takes none."""
@@ -138,15 +157,20 @@ def check_video_options(
     crf: int | None = None,
     fps: float | None = None,
     track: bool = False,
+    container: str | None = None,
+    container_hint: str = "",
 ) -> None:
     """The one check of the video options a command was given, before any work: `start`
-    >= 0 s, `duration` > 0 s, `codec` an FFmpeg video encoder, `crf` within its range,
-    `fps` (when given) from `MIN_FPS` to `MAX_FPS`, and `track` with its package
+    >= 0 s, `duration` > 0 s, `codec` an FFmpeg video encoder (that `container`, the
+    format every output is written in when the command knows it, can hold), `crf` within
+    its range, `fps` (when given) from `MIN_FPS` to `MAX_FPS`, and `track` with its package
     installed. Each failure is an `OptionError` naming the option."""
     check_start(start)
     check_duration(duration)
     encoder = codec if codec is not None else DEFAULT_CODEC
     video_encoder(encoder)
+    if container is not None:
+        check_container(encoder, container, container_hint)
     check_crf(crf, encoder)
     if fps is not None:
         check_fps(fps)
@@ -158,6 +182,7 @@ __all__ = [
     "CRF_RANGES",
     "MAX_FPS",
     "MIN_FPS",
+    "check_container",
     "check_crf",
     "check_duration",
     "check_fps",
