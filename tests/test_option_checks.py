@@ -173,6 +173,27 @@ def test_detect_checks_the_video_options_before_any_work(two_videos: Path, tmp_p
     _refused_before_any_work(res, out, "--duration")
 
 
+@pytest.mark.parametrize("kind", ["videos", "images"])
+def test_detect_checks_the_score_threshold_once(two_videos: Path, tmp_path: Path, kind: str):
+    source = two_videos
+    if kind == "images":
+        source = tmp_path / "photos"
+        for name in ("a.png", "b.png"):
+            write_image(source / name, np.full((16, 16, 3), 90, np.uint8))
+    out = tmp_path / "det"
+    res = runner.invoke(app, ["detect", str(source), "-o", str(out), "--score-threshold", "2"])
+    _refused_before_any_work(res, out, "--score-threshold")
+    assert not out.exists()
+
+
+def test_a_start_past_any_recording_is_refused_not_an_overflow(two_videos: Path, tmp_path):
+    out = tmp_path / "out"
+    res = runner.invoke(
+        app, ["restore", "--model", "identity", str(two_videos), "-o", str(out), "--start", "1e18"]
+    )
+    _refused_before_any_work(res, out, "--start")
+
+
 def test_synth_video_checks_the_frame_rate(frames: Path, tmp_path: Path) -> None:
     out = tmp_path / "pairs"
     res = runner.invoke(

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from clearsight.atomic import atomic_path
-from clearsight.errors import OptionError, check_whole_number
+from clearsight.errors import OptionError, check_unit_interval, check_whole_number
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import open_source
 from clearsight.video.io import DEFAULT_CODEC, Frame
@@ -90,16 +90,6 @@ class _JsonLines:
         self._fh.close()
         with contextlib.suppress(BaseException):
             self._atomic.__exit__(type(exc), exc, exc.__traceback__)
-
-
-def _check_threshold(score_threshold: float) -> float:
-    if (
-        isinstance(score_threshold, bool)
-        or not isinstance(score_threshold, int | float)
-        or not 0.0 <= score_threshold <= 1.0
-    ):
-        raise OptionError("score_threshold", f"must be in [0, 1], got {score_threshold!r}")
-    return float(score_threshold)
 
 
 LOW_SCORE = 0.1
@@ -202,7 +192,7 @@ def detect_video(
     one call (the boxes are those of one frame at a time; at most `2 * queue_size + 3 +
     batch_size` frames are alive); the other options are `restore_video`'s.
     """
-    threshold = _check_threshold(score_threshold)
+    threshold = check_unit_interval("score_threshold", score_threshold)
     check_whole_number("batch_size", batch_size)
     if isinstance(detector, str | Path):
         from clearsight.engine.detector import Detector

@@ -29,6 +29,10 @@ FPS_DENOMINATOR = 100_000
 within [MIN_FPS, MAX_FPS] that never rounds to 0."""
 SECONDS_DENOMINATOR = 1_000_000
 """`--start` and `--duration` are kept to the microsecond."""
+MAX_SECONDS = 10_000_000
+"""`--start` and `--duration` at most (about 116 days, longer than any recording): any cut
+then stays within FFmpeg's 64-bit timestamps even on a nanosecond clock (`--start 1e18`
+overflowed the seek, an internal error that stopped the whole run)."""
 
 CRF_RANGES: dict[str, tuple[int, int]] = {
     # x264's scale for 8-bit video; FFmpeg hands x264 any value without a word (measured:
@@ -47,14 +51,16 @@ CRF_CODECS = tuple(CRF_RANGES)
 
 
 def check_seconds(option: str, value: float | None, *, positive: bool) -> Fraction | None:
-    """`value` seconds as an exact fraction (None stays None): finite, >= 0, and > 0 (at
-    least a microsecond) when `positive`."""
+    """`value` seconds as an exact fraction (None stays None): finite, from 0 to
+    `MAX_SECONDS`, and > 0 (at least a microsecond) when `positive`."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise OptionError(option, f"must be a number of seconds, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise OptionError(option, f"must be {'> 0' if positive else '>= 0'} seconds, got {value}")
+    if value > MAX_SECONDS:
+        raise OptionError(option, f"must be at most {MAX_SECONDS:,} seconds, got {value:g}")
     seconds = Fraction(value).limit_denominator(SECONDS_DENOMINATOR)
     if positive and seconds == 0:
         raise OptionError(option, f"must be at least 0.000001 seconds, got {value}")
@@ -181,6 +187,7 @@ def check_video_options(
 __all__ = [
     "CRF_RANGES",
     "MAX_FPS",
+    "MAX_SECONDS",
     "MIN_FPS",
     "check_container",
     "check_crf",
