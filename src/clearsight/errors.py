@@ -49,6 +49,14 @@ def check_whole_number(option: str, value: object, low: int = 1) -> None:
         raise OptionError(option, f"must be a whole number >= {low}, got {value!r}")
 
 
+def check_unit_interval(option: str, value: object) -> float:
+    """An OptionError naming `option` unless `value` is a number in [0, 1] (a score
+    threshold); checked where a run starts, so a bad one is not a failure per input."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise OptionError(option, f"must be in [0, 1], got {value!r}")
+    return float(value)
+
+
 class ModelOutputError(ClearsightError):
     """A model returned a tensor of the wrong shape for its input (batch, channels, size)."""
 

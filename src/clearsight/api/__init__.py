@@ -97,6 +97,7 @@ _LAZY: dict[str, str] = {
     "progress_bar": "clearsight.progress:progress_bar",
     "OVERFIT_MARGIN": "clearsight.engine.restore_train:OVERFIT_MARGIN",
     "OVERFIT_AP": "clearsight.engine.detect_train:OVERFIT_AP",
+    "check_video_options": "clearsight.video.options:check_video_options",
 }
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ if TYPE_CHECKING:
     from clearsight.engine.restore_train import OVERFIT_MARGIN
     from clearsight.progress import progress_bar
     from clearsight.runtime.failures import FailuresCsvError
+    from clearsight.video.options import check_video_options
 
 __all__ = [
     "DEFAULT_DEMOIRE",
@@ -142,6 +144,7 @@ __all__ = [
     "check_max_pixels",
     "check_output_file",
     "check_output_folder",
+    "check_video_options",
     "compare",
     "detect_files",
     "detect_video",

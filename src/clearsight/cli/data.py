@@ -45,9 +45,10 @@ def synth_moire_cmd(
     max_frames: MaxFramesOpt = None,
 ) -> None:
     """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
-    from clearsight.api import synth_moire, synth_moire_video
+    from clearsight.api import check_video_options, synth_moire, synth_moire_video
 
     if video:
+        check_video_options(fps=fps)
         if per_image != 1:
             raise OptionError("per_image", "is for images; --video makes one clip per video")
         with progress() as bar:
@@ -100,9 +101,10 @@ def synth_rain_cmd(
     max_frames: MaxFramesOpt = None,
 ) -> None:
     """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
-    from clearsight.api import synth_rain, synth_rain_video
+    from clearsight.api import check_video_options, synth_rain, synth_rain_video
 
     if video:
+        check_video_options(fps=fps)
         with progress() as bar:
             task = bar.add_task(f"synth rain --video ({preset})", total=None)
             report = synth_rain_video(

@@ -26,7 +26,7 @@ from clearsight.cli._options import (
     WorkersOpt,
 )
 from clearsight.cli._runs import existing_policy, finish_ray
-from clearsight.errors import OptionError
+from clearsight.errors import OptionError, check_unit_interval
 
 
 @app.command("detect")
@@ -70,6 +70,10 @@ def detect_cmd(
     from clearsight import api
 
     on_ray = engine == "ray"  # the API checks the name
+    check_unit_interval("score_threshold", score_threshold)
+    api.check_video_options(
+        start=start, duration=duration, codec=codec, crf=crf, track=track, container="mp4"
+    )
     plan = api.split_media(inputs, out)
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")

@@ -25,7 +25,7 @@ from clearsight.cli._options import (
     TileOpt,
     TtaOpt,
 )
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, OptionError
 
 if TYPE_CHECKING:
     from clearsight.api import EvalResult, InferenceOptions
@@ -119,14 +119,15 @@ def eval_cmd(
         ),
     ] = False,
     clean: Annotated[
-        Path | None, typer.Option("--clean", help="With --video: the clean video for DATA.")
+        Path | None,
+        typer.Option("--clean", help="With --video: the clean video for DATA (a video file)."),
     ] = None,
     fps: Annotated[
         float | None,
         typer.Option(
             "--fps",
             help="With --video: the frame rate of DATA's numbered frames, for the report's "
-            "player (default 25; a video keeps its own).",
+            "player (0.001 to 1000 per second, default 25; a video keeps its own).",
         ),
     ] = None,
     temporal: TemporalOpt = False,
@@ -242,6 +243,15 @@ def _eval_video(
     report (OUT/report.html, or --report) with its player's two clips beside it."""
     from clearsight import api
 
+    api.check_video_options(fps=fps)
+    if not data.exists():
+        raise OptionError("data", f"{data} not found")
+    if clean is None and not data.is_dir():
+        raise OptionError(
+            "data",
+            f"{data} is a file: give its clean video with --clean, or a folder with the "
+            "input frames (rain/, moire/ or input/) and clean/",
+        )
     if out is not None:
         api.check_output_folder(out, "--out")
     if report is not None:

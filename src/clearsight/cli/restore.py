@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,6 +52,9 @@ if TYPE_CHECKING:
 
 __all__ = ["restore_images", "run_on_ray"]
 
+CHECKED_VIDEO_OPTIONS = ("start", "duration", "codec", "crf", "fps")
+"""The video options checked once before any work (`clearsight.video.options`)."""
+
 EPILOG = (
     "Existing outputs are replaced (--overwrite, the default: rerunning with another model "
     "or options must refresh them); --skip-existing keeps them, to resume a run. A file that "
@@ -95,6 +97,11 @@ def restore_images(
 
     api.check_max_pixels(max_pixels)
     video = dict(video or {})
+    api.check_video_options(
+        **{k: video.get(k) for k in CHECKED_VIDEO_OPTIONS},
+        container=None if video.get("keep_container") else "mp4",
+        container_hint=", or --keep-container for .mkv inputs",
+    )
     plan = _media_plan(inputs, out, video.get("fps"), video.get("frames_out"))
     on_ray = api.check_engine(engine) == "ray"
     if bundled is not None and (plan.images or not plan.videos):
@@ -141,8 +148,6 @@ def _media_plan(inputs: list[str], out: Path, fps: float | None, frames_out: Pat
     given is one video of numbered frames, restored to OUT/<folder name>.mp4."""
     from clearsight import api
 
-    if fps is not None and (not math.isfinite(fps) or fps <= 0):
-        raise OptionError("fps", f"must be a frame rate > 0, got {fps:g}")
     if frames_out is not None:
         api.check_output_folder(frames_out, "--frames-out")
     folders = [Path(i) for i in inputs if fps is not None and Path(i).is_dir()]

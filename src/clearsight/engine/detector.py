@@ -25,7 +25,7 @@ from torchvision.utils import draw_bounding_boxes
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, check_unit_interval
 from clearsight.io import read_image, write_image
 from clearsight.models.contract import detection_labels, own_postprocess
 
@@ -165,8 +165,7 @@ class Detector:
         max_detections: int = 100,
     ) -> list[Detections]:
         """Detect objects in RGB HxWx3 images (same preprocessing, one forward pass)."""
-        if not 0.0 <= score_threshold <= 1.0:
-            raise ClearsightError(f"--score-threshold must be in [0, 1], got {score_threshold}")
+        check_unit_interval("score_threshold", score_threshold)
         prepared = [prepare(img, self.loaded.config.preprocess) for img in images]
         sizes = {tuple(x.shape) for x, _ in prepared}
         if len(sizes) != 1:
@@ -254,6 +253,7 @@ class Detector:
             update_failures_csv,
         )
 
+        check_unit_interval("score_threshold", score_threshold)  # once, before any image
         started = time.time()  # this run's start: older leftovers of dead writers are swept
         out = check_output_folder(out_dir)
         plan = plan_outputs([Path(p) for p in inputs], out)

@@ -23,10 +23,11 @@ import numpy as np
 import torch
 
 from clearsight.atomic import atomic_path
-from clearsight.errors import OptionError, check_whole_number
+from clearsight.errors import OptionError, check_unit_interval, check_whole_number
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import open_source
 from clearsight.video.io import DEFAULT_CODEC, Frame
+from clearsight.video.options import check_track
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
 
 if TYPE_CHECKING:
@@ -91,16 +92,6 @@ class _JsonLines:
             self._atomic.__exit__(type(exc), exc, exc.__traceback__)
 
 
-def _check_threshold(score_threshold: float) -> float:
-    if (
-        isinstance(score_threshold, bool)
-        or not isinstance(score_threshold, int | float)
-        or not 0.0 <= score_threshold <= 1.0
-    ):
-        raise OptionError("score_threshold", f"must be in [0, 1], got {score_threshold!r}")
-    return float(score_threshold)
-
-
 LOW_SCORE = 0.1
 """With `track`, boxes down to this score go to ByteTrack's second association, which lets
 a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's default."""
@@ -109,13 +100,7 @@ a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's 
 def _new_tracker(rate: float, threshold: float) -> Any:
     """ByteTrack whose first association and new tracks take the boxes at or above the
     score threshold (the boxes `clearsight detect` would draw), the rest the second."""
-    try:
-        from trackers import ByteTrackTracker
-    except ImportError as exc:
-        raise OptionError(
-            "track", f"needs the trackers package (pip install 'clearsight[video]'): {exc}"
-        ) from exc
-    return ByteTrackTracker(
+    return check_track()(
         frame_rate=rate, track_activation_threshold=threshold, high_conf_det_threshold=threshold
     )
 
@@ -207,7 +192,7 @@ def detect_video(
     one call (the boxes are those of one frame at a time; at most `2 * queue_size + 3 +
     batch_size` frames are alive); the other options are `restore_video`'s.
     """
-    threshold = _check_threshold(score_threshold)
+    threshold = check_unit_interval("score_threshold", score_threshold)
     check_whole_number("batch_size", batch_size)
     if isinstance(detector, str | Path):
         from clearsight.engine.detector import Detector
@@ -222,7 +207,7 @@ def detect_video(
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
     if track:
-        _new_tracker(25.0, threshold)  # the one-line error for a missing package before any work
+        check_track()  # the one-line error for a missing package before any work
 
     reader = open_source(src, fps=fps, max_pixels=max_pixels)
     writers: list[Any] = []

@@ -34,7 +34,8 @@ from clearsight.io import read_image, to_uint8, write_image
 from clearsight.metrics._errors import ShapeMismatchError
 from clearsight.metrics.warping import flicker, score_frames
 from clearsight.out_paths import check_output_folder
-from clearsight.video.frames import FRAME_NAME, check_fps, list_frames, open_source
+from clearsight.video.frames import FRAME_NAME, list_frames, open_source
+from clearsight.video.options import check_fps
 from clearsight.video.restore import frame_function
 
 INPUT_FOLDERS = ("rain", "moire", "input")

@@ -24,13 +24,13 @@ from clearsight.atomic import ClosedOrAborted, atomic_dir
 from clearsight.data.video_pairs import frame_key
 from clearsight.errors import (
     ClearsightError,
-    OptionError,
     VideoReadError,
     VideoWriteError,
     check_whole_number,
 )
 from clearsight.io import list_images, read_image, to_uint8
-from clearsight.video.io import Frame, VideoInfo, VideoReader, _seconds
+from clearsight.video.io import Frame, VideoInfo, VideoReader
+from clearsight.video.options import check_duration, check_fps, check_start
 
 FRAME_NAME = "{:06d}.png"
 _WRITTEN = re.compile(r"^\d+\.png$")
@@ -44,17 +44,6 @@ def list_frames(folder: str | Path) -> list[Path]:
     except ClearsightError as exc:
         raise VideoReadError(str(exc)) from exc
     return sorted(files, key=frame_key)
-
-
-def check_fps(fps: float | None, what: str = "fps") -> Fraction:
-    """A frame rate > 0 as an exact fraction (29.97 -> 2997/100)."""
-    if fps is None:
-        raise OptionError(what, "a folder of frames needs a frame rate (fps), e.g. 25")
-    if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps):
-        raise OptionError(what, f"must be a number of frames per second, got {fps!r}")
-    if fps <= 0:
-        raise OptionError(what, f"must be > 0, got {fps}")
-    return Fraction(fps).limit_denominator(100_000)
 
 
 class FrameFolderReader:
@@ -92,8 +81,8 @@ class FrameFolderReader:
         the first frame of the cut is at 0."""
         rate = self.info.rate
         assert rate is not None
-        s = _seconds(start, "start", positive=False) or Fraction(0)
-        d = _seconds(duration, "duration", positive=True)
+        s = check_start(start) or Fraction(0)
+        d = check_duration(duration)
         first = math.ceil(s * rate)
         stop = len(self.files) if d is None else min(len(self.files), math.ceil((s + d) * rate))
         if first >= stop:

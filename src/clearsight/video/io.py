@@ -35,16 +35,22 @@ import numpy as np
 from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 
 from clearsight.atomic import ClosedOrAborted, atomic_path
-from clearsight.errors import OptionError, VideoReadError, VideoWriteError
+from clearsight.errors import VideoReadError, VideoWriteError
 from clearsight.io import MAX_PIXELS_ENV, _describe_pixels, resolve_max_pixels
+from clearsight.video.options import (
+    CRF_CODECS,
+    DEFAULT_CODEC,
+    check_crf,
+    check_duration,
+    check_start,
+    video_encoder,
+)
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_CODEC = "libx264"
 DEFAULT_CRF = 18
 """x264's constant-rate factor by default: visually near-lossless, so the file shows what the
 model did rather than the encoder."""
-CRF_CODECS = ("libx264", "libx265", "libvpx", "libvpx-vp9", "libaom-av1", "libsvtav1")
 COPIED_TYPES = ("audio", "subtitle")
 FALLBACK_RATE = Fraction(25)
 
@@ -204,16 +210,6 @@ def _tag_seconds(value: str | None) -> Fraction | None:
     return int(m[1]) * 3600 + int(m[2]) * 60 + Fraction(m[3])
 
 
-def _seconds(value: float | None, name: str, *, positive: bool) -> Fraction | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise OptionError(name, f"must be a number of seconds, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise OptionError(name, f"must be {'> 0' if positive else '>= 0'} seconds, got {value}")
-    return Fraction(value).limit_denominator(1_000_000)
-
-
 # --------------------------------------------------------------------------- reading
 
 
@@ -307,8 +303,8 @@ class VideoReader:
         self, start: float | None, duration: float | None
     ) -> tuple[Fraction | None, Fraction | None]:
         """The cut on the source's timeline in seconds, (start, end), from the first frame."""
-        s = _seconds(start, "start", positive=False)
-        d = _seconds(duration, "duration", positive=True)
+        s = check_start(start)
+        d = check_duration(duration)
         first = self._first_pts * self.info.time_base
         begin = None if s is None else first + s
         end = None if d is None else (begin if begin is not None else first) + d
@@ -489,18 +485,8 @@ class VideoWriter(ClosedOrAborted):
         self.frames_written = 0
         self._last_pts: int | None = None
         self._closed = False
-        try:
-            encoder = av.codec.Codec(codec, "w")
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise OptionError("codec", f"FFmpeg has no {codec!r} video encoder") from exc
-        if encoder.type != "video":
-            raise OptionError("codec", f"{codec!r} is a {encoder.type} encoder, not a video one")
-        if crf is not None and codec not in CRF_CODECS:
-            raise OptionError(
-                "crf", f"{codec} takes no crf; crf applies to {', '.join(CRF_CODECS)}"
-            )
-        if crf is not None and (isinstance(crf, bool) or not isinstance(crf, int) or crf < 0):
-            raise OptionError("crf", f"must be a whole number >= 0, got {crf!r}")
+        encoder = video_encoder(codec)  # the checks every command ran before any work
+        check_crf(crf, codec)
         self._atomic = atomic_path(self.path)
         tmp = self._atomic.__enter__()
         try:
