@@ -9,13 +9,12 @@ limit. Which run a model gets is looked up by its family (`clearsight.families`)
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import OptionError, VideoReadError
+from clearsight.errors import VideoReadError
 from clearsight.families import Family
 from clearsight.serve.jobs import VideoJob, Work
 from clearsight.serve.options import flag_true, restore_options, score_threshold
@@ -101,8 +100,6 @@ def _detection(served: ServedModel, fields: Mapping[str, str], max_pixels: int |
 
     threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
     track = flag_true(fields, "track", False)
-    if track and importlib.util.find_spec("trackers") is None:
-        raise OptionError("track", "needs the trackers package on the server")
 
     def work(job: VideoJob) -> None:
         from clearsight.video.detect import detect_video
