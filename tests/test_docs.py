@@ -251,6 +251,18 @@ def _missing_optional(stderr: str) -> str | None:
     return next((m for m in named if m in EXTRA_OF and not importlib.util.find_spec(m)), None)
 
 
+def test_a_block_lacking_an_optional_package_skips_naming_its_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    installed = [m for m in EXTRA_OF if importlib.util.find_spec(m)]
+    if installed:  # an installed package's import error is a real failure, never a skip
+        assert _missing_optional(f"ModuleNotFoundError: No module named '{installed[0]}'") is None
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert _missing_optional("ModuleNotFoundError: No module named 'ray'") == "ray"
+    assert _missing_optional("error: needs Ray: pip install 'clearsight[scale]'") == "ray"
+    assert _missing_optional("ModuleNotFoundError: No module named 'numpy'") is None
+
+
 @pytest.fixture(scope="module")
 def tiny_examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example images shrunk to TINY_SIDE pixels on the short side, same names and formats
