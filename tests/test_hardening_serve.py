@@ -17,8 +17,11 @@ import pytest
 from torch import nn
 from typer.testing import CliRunner
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
+from tests.optional import need
+
+need("fastapi")
+need("uvicorn")
+need("httpx")
 import uvicorn  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 

@@ -156,15 +156,16 @@ def test_eval_video_on_a_video_without_clean_names_the_flags_that_exist(
     assert line.startswith("error: --data:") and "--clean" in line, res.output
 
 
-def test_track_without_the_trackers_package_is_one_error_before_any_work(
+def test_track_needs_no_optional_package(
     two_videos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """ByteTrack is the package's own: `--track` works where `trackers` is absent."""
     monkeypatch.setitem(sys.modules, "trackers", None)  # import trackers -> ImportError
+    monkeypatch.setitem(sys.modules, "supervision", None)
     out = tmp_path / "det"
     res = runner.invoke(app, ["detect", str(two_videos), "-o", str(out), "--track"])
-    _refused_before_any_work(res, out, "--track")
-    assert "pip install 'clearsight[video]'" in res.output
-    assert not list(out.rglob("*.jsonl")) if out.exists() else True
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.glob("*.jsonl")) == ["a.jsonl", "b.jsonl"]
 
 
 def test_detect_checks_the_video_options_before_any_work(two_videos: Path, tmp_path: Path):
@@ -218,21 +219,6 @@ def test_the_ray_engine_checks_the_video_options_before_starting(two_videos: Pat
     video = two_videos / "a.mp4"
     with pytest.raises(OptionError, match=r"^crf: "):
         restore_videos_ray("identity", [(video, tmp_path / "a.mp4")], tmp_path, crf=1000)
-
-
-def test_the_servers_detection_jobs_share_the_track_check(monkeypatch: pytest.MonkeyPatch):
-    from clearsight.serve.video_work import plan_work
-
-    monkeypatch.setitem(sys.modules, "trackers", None)
-
-    class Detector:  # plan_work asks only for the family
-        class loaded:  # noqa: N801
-            from clearsight.families import Family
-
-            family = Family.DETECTION
-
-    with pytest.raises(OptionError, match=r"^track: needs the trackers package \(pip install"):
-        plan_work(Detector(), {"track": "true"}, None)  # type: ignore[arg-type]
 
 
 def test_one_check_takes_every_video_option() -> None:

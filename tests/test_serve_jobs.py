@@ -19,7 +19,10 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-pytest.importorskip("fastapi")
+from tests.optional import need
+
+need("fastapi")
+need("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from clearsight.serve import ServeLimits, create_app  # noqa: E402

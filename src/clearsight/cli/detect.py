@@ -71,9 +71,7 @@ def detect_cmd(
 
     on_ray = engine == "ray"  # the API checks the name
     check_unit_interval("score_threshold", score_threshold)
-    api.check_video_options(
-        start=start, duration=duration, codec=codec, crf=crf, track=track, container="mp4"
-    )
+    api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, container="mp4")
     plan = api.split_media(inputs, out)
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")

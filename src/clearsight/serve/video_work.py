@@ -100,10 +100,6 @@ def _detection(served: ServedModel, fields: Mapping[str, str], max_pixels: int |
 
     threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
     track = flag_true(fields, "track", False)
-    if track:
-        from clearsight.video.options import check_track
-
-        check_track()  # the commands' check: one line naming the extra to install
 
     def work(job: VideoJob) -> None:
         from clearsight.video.detect import detect_video

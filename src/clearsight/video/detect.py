@@ -4,9 +4,8 @@ Every frame goes through the project's `Detector` (`engine/detector.py`: the sam
 preprocessing, decoding, label map and box drawing as `clearsight detect` on images) inside
 the reader/writer-thread pipeline of `video/restore.py`, so the drawn video keeps the
 input's size, timestamps and audio. `track=True` links the boxes of consecutive frames
-into objects with ByteTrack (Zhang et al., ECCV 2022) from Roboflow's `trackers` package,
-the maintained home of the ByteTrack that `supervision` deprecated in 0.28 and removed
-in 0.31. docs/video.md.
+into objects with ByteTrack (Zhang et al., ECCV 2022; `video/bytetrack.py`, which says why
+it is written here). docs/video.md.
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ import torch
 from clearsight.atomic import atomic_path
 from clearsight.errors import OptionError, check_unit_interval, check_whole_number
 from clearsight.out_paths import check_output_folder
+from clearsight.video.bytetrack import ByteTrack
 from clearsight.video.frames import open_source
 from clearsight.video.io import DEFAULT_CODEC, Frame
-from clearsight.video.options import check_track
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
 
 if TYPE_CHECKING:
@@ -97,12 +96,10 @@ LOW_SCORE = 0.1
 a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's default."""
 
 
-def _new_tracker(rate: float, threshold: float) -> Any:
+def _new_tracker(rate: float, threshold: float) -> ByteTrack:
     """ByteTrack whose first association and new tracks take the boxes at or above the
     score threshold (the boxes `clearsight detect` would draw), the rest the second."""
-    return check_track()(
-        frame_rate=rate, track_activation_threshold=threshold, high_conf_det_threshold=threshold
-    )
+    return ByteTrack(rate, activation_threshold=threshold, high_threshold=threshold)
 
 
 def _subset(dets: Detections, keep: list[int]) -> Detections:
@@ -117,27 +114,10 @@ def _subset(dets: Detections, keep: list[int]) -> Detections:
     )
 
 
-def _track(tracker: Any, dets: Any, time: float) -> list[int | None]:
+def _track(tracker: ByteTrack, dets: Detections, time: float) -> list[int | None]:
     """Track ids for `dets` in order (None: a box not yet part of a confirmed track)."""
-    import supervision as sv
-
     n = len(dets)
-    boxes = dets.boxes.numpy().astype(np.float32).reshape(n, 4)
-    tracked = tracker.update(
-        sv.Detections(
-            xyxy=boxes,
-            confidence=dets.scores.numpy().astype(np.float32),
-            class_id=dets.labels.numpy().astype(int),
-            data={"index": np.arange(n)},  # the tracker reorders its output
-        ),
-        timestamp=time,
-    )
-    ids: list[int | None] = [None] * n
-    if len(tracked) == 0:  # nothing kept (or nothing seen): its data holds no index
-        return ids
-    for i, tid in zip(tracked.data["index"].tolist(), tracked.tracker_id.tolist(), strict=True):
-        ids[int(i)] = int(tid) if tid >= 0 else None
-    return ids
+    return tracker.update(dets.boxes.numpy().reshape(n, 4), dets.scores.numpy(), time)
 
 
 def _records(dets: Any, ids: list[int | None] | None) -> list[dict[str, Any]]:
@@ -206,9 +186,6 @@ def detect_video(
     video_path, jsonl_path = out / f"{stem}.mp4", out / f"{stem}.jsonl"
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
-    if track:
-        check_track()  # the one-line error for a missing package before any work
-
     reader = open_source(src, fps=fps, max_pixels=max_pixels)
     writers: list[Any] = []
     try:

@@ -143,18 +143,6 @@ def check_crf(crf: int | None, codec: str = DEFAULT_CODEC) -> None:
         )
 
 
-def check_track() -> Any:
-    """`--track` needs Roboflow's `trackers` package (ByteTrack); returns its
-    `ByteTrackTracker` class, or an `OptionError` naming the extra to install."""
-    try:
-        from trackers import ByteTrackTracker
-    except ImportError as exc:
-        raise OptionError(
-            "track", f"needs the trackers package (pip install 'clearsight[video]'): {exc}"
-        ) from exc
-    return ByteTrackTracker
-
-
 def check_video_options(
     *,
     start: float | None = None,
@@ -162,15 +150,14 @@ def check_video_options(
     codec: str | None = None,
     crf: int | None = None,
     fps: float | None = None,
-    track: bool = False,
     container: str | None = None,
     container_hint: str = "",
 ) -> None:
     """The one check of the video options a command was given, before any work: `start`
     >= 0 s, `duration` > 0 s, `codec` an FFmpeg video encoder (that `container`, the
     format every output is written in when the command knows it, can hold), `crf` within
-    its range, `fps` (when given) from `MIN_FPS` to `MAX_FPS`, and `track` with its package
-    installed. Each failure is an `OptionError` naming the option."""
+    its range, `fps` (when given) from `MIN_FPS` to `MAX_FPS`. Each failure is an
+    `OptionError` naming the option."""
     check_start(start)
     check_duration(duration)
     encoder = codec if codec is not None else DEFAULT_CODEC
@@ -180,8 +167,6 @@ def check_video_options(
     check_crf(crf, encoder)
     if fps is not None:
         check_fps(fps)
-    if track:
-        check_track()
 
 
 __all__ = [
@@ -194,7 +179,6 @@ __all__ = [
     "check_duration",
     "check_fps",
     "check_start",
-    "check_track",
     "check_video_options",
     "video_encoder",
 ]
