@@ -240,7 +240,22 @@ class VideoReader:
             cc = stream.codec_context
             if cc.width and cc.height:
                 _check_pixels(self.path, cc.width, cc.height, self.max_pixels)
-            first = self._first_frame(container, stream)
+            tb = stream.time_base or Fraction(1, 90000)
+            tag = _tag_seconds(stream.metadata.get("DURATION"))
+            # where the video stream itself says it ends (seconds on its timeline); the
+            # container's duration may be the audio's, so it never counts as truncation
+            if stream.duration:
+                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
+            elif tag is not None:
+                self._stated_end = tag
+            duration: float | None = None
+            if self._stated_end is not None:
+                duration = float(self._stated_end - (stream.start_time or 0) * tb)
+            elif container.duration:
+                duration = container.duration / 1e6
+            # Matroska's stream duration may be the segment's (audio included): its tag wins
+            stated = float(tag) if tag is not None else duration
+            first = self._first_frame(container, stream, stated)
             _check_pixels(self.path, first.width, first.height, self.max_pixels)
             rotation = _rotation_of(first)
             w, h = (
@@ -255,18 +270,6 @@ class VideoReader:
                 codec = s.codec_context.name if s.codec_context is not None else "unknown"
                 label = f"#{s.index} {s.type} {codec}"
                 (side if s.type in COPIED_TYPES else dropped).append(label)
-            tb = stream.time_base or Fraction(1, 90000)
-            # where the video stream itself says it ends (seconds on its timeline); the
-            # container's duration may be the audio's, so it never counts as truncation
-            if stream.duration:
-                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
-            elif (tag := _tag_seconds(stream.metadata.get("DURATION"))) is not None:
-                self._stated_end = tag
-            duration: float | None = None
-            if self._stated_end is not None:
-                duration = float(self._stated_end - (stream.start_time or 0) * tb)
-            elif container.duration:
-                duration = container.duration / 1e6
             rate = stream.average_rate or stream.guessed_rate or None
             info = VideoInfo(
                 path=self.path,
@@ -287,7 +290,11 @@ class VideoReader:
         finally:
             container.close()
 
-    def _first_frame(self, container: av.container.InputContainer, stream: Any) -> av.VideoFrame:
+    def _first_frame(
+        self, container: av.container.InputContainer, stream: Any, stated: float | None
+    ) -> av.VideoFrame:
+        """The first decoded frame. None decoding from a stream that states a length is a
+        truncated or damaged file (its frames are cut off or unreadable), not an empty one."""
         try:
             for frame in container.decode(stream):
                 return frame
@@ -300,7 +307,15 @@ class VideoReader:
                 f"{self.path}: decoding stopped at frame 0 ({_reason(exc)}); the file is "
                 "truncated or corrupt"
             ) from exc
-        raise VideoReadError(f"{self.path}: the video stream has no frames")
+        raise VideoReadError(self._no_frames(stated))
+
+    def _no_frames(self, stated: float | None) -> str:
+        if stated is not None and stated > 0:
+            return (
+                f"{self.path}: no frame decodes though the video stream states "
+                f"{stated:.3f} s; the file is truncated or damaged"
+            )
+        return f"{self.path}: the video stream has no frames"
 
     # -- cut ---------------------------------------------------------------------------
     def _window(

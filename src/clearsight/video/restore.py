@@ -50,6 +50,7 @@ class VideoRestoreResult:
     copied_streams: tuple[str, ...] = ()
     dropped_streams: tuple[str, ...] = ()
     temporal: bool = False
+    """Whether the temporal blend ran (False also when the frames were too small for it)."""
     side_bytes: dict[int, int] = field(default_factory=dict)
     """Bytes of each copied audio/subtitle stream (by source index)."""
 
@@ -351,18 +352,18 @@ def restore_video(
         raise OptionError("queue_size", f"must be a whole number >= 1, got {queue_size!r}")
     from clearsight.engine.video_window import PerFrame, Windowed
 
+    src = Path(source)
     blend = None
     if temporal:
         from clearsight.video.temporal import TemporalBlend
 
-        blend = TemporalBlend()
+        blend = TemporalBlend(source=src)
     if smooth_tone:
         from clearsight.video.temporal import with_smoothed_stats
 
         model = with_smoothed_stats(model)
     windowed = model if isinstance(model, Windowed | PerFrame) else None
     fn = frame_function(model) if windowed is None else None
-    src = Path(source)
     out_path = check_output_file(out, "output video") if out is not None else None
     frames_path = check_output_folder(frames_out, "frames_out") if frames_out is not None else None
     if out_path is not None and src.exists() and out_path.resolve() == src.resolve():
@@ -410,6 +411,6 @@ def restore_video(
         padded=video.padded if video is not None else None,
         copied_streams=info.side_streams if video is not None else (),
         dropped_streams=info.dropped_streams,
-        temporal=temporal,
+        temporal=blend is not None and blend.skipped is None,
         side_bytes=video.side_bytes if video is not None else {},
     )
