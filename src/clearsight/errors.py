@@ -68,11 +68,12 @@ class VideoWriteError(ClearsightError):
     """A video could not be written (container cannot hold a codec, encoder failed)."""
 
 
-def library_reason(exc: BaseException) -> str | None:
+def library_reason(exc: BaseException, file_name: str | None = None) -> str | None:
     """One line for an error raised inside OpenCV (`cv2.error`) or FFmpeg (PyAV's
     `av.error.*`): the library's own words without its version, source file and line
-    ("OpenCV: The input image must have ..."), with the file PyAV names; None for any
-    other exception. Told apart by module, so this module imports neither library."""
+    ("OpenCV: The input image must have ..."), with the file PyAV names (or `file_name`
+    for it, where the path is not the reader's to see); None for any other exception.
+    Told apart by module, so this module imports neither library."""
     library = type(exc).__module__.split(".")[0]
     text = " ".join(str(exc).split())
     if library == "cv2":
@@ -81,6 +82,8 @@ def library_reason(exc: BaseException) -> str | None:
     if library == "av":
         detail = getattr(exc, "strerror", None) or text or type(exc).__name__
         filename = getattr(exc, "filename", None)
+        if filename and file_name is not None:
+            filename = file_name
         return f"{filename}: FFmpeg: {detail}" if filename else f"FFmpeg: {detail}"
     return None
 

@@ -26,7 +26,7 @@ from clearsight.atomic import atomic_path
 from clearsight.errors import OptionError, check_whole_number
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import open_source
-from clearsight.video.io import DEFAULT_CODEC, Frame
+from clearsight.video.io import DEFAULT_CODEC, DecodeLimit, Frame
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
 
 if TYPE_CHECKING:
@@ -187,6 +187,7 @@ def detect_video(
     crf: int | None = None,
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
+    decode_limit: DecodeLimit | None = None,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
     batch_size: int = DEFAULT_BATCH,
@@ -224,7 +225,7 @@ def detect_video(
     if track:
         _new_tracker(25.0, threshold)  # the one-line error for a missing package before any work
 
-    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    reader = open_source(src, fps=fps, max_pixels=max_pixels, limit=decode_limit)
     writers: list[Any] = []
     try:
         info = reader.info

@@ -113,6 +113,31 @@ class SideStreams:
     end: Fraction | None = None
 
 
+@dataclass(frozen=True)
+class DecodeLimit:
+    """The most of a video a reader decodes, counted on the decoded frames themselves, never
+    on the header (which a crafted file can set to anything): at most `frames` frames, none
+    `seconds` or more after the first. Past it, `frames()` raises a `VideoReadError` naming
+    `name` (the server's job limit: docs/serving.md)."""
+
+    seconds: float
+    frames: int
+    name: str = "the limit"
+
+    def check(self, path: Path, count: int, seconds: float) -> None:
+        """Raise when the `count`-th frame, `seconds` after the first, is past the limit."""
+        if seconds >= self.seconds:
+            raise VideoReadError(
+                f"{path} decodes past {self.seconds:g} s (frame {count} at {seconds:.2f} s), "
+                f"over {self.name}; its header understates its length"
+            )
+        if count > self.frames:
+            raise VideoReadError(
+                f"{path} holds more than {self.frames} frames, over {self.name} of "
+                f"{self.seconds:g} s"
+            )
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -221,12 +246,16 @@ class VideoReader:
     """Frames of a video file, decoded one at a time (`frames()`), with its `info`.
 
     Opening probes the file: it must have a decodable video stream with at least one frame
-    within the pixel limit. Use as a context manager, or call `close()`.
+    within the pixel limit. `limit` bounds what `frames()` decodes (`DecodeLimit`). Use as
+    a context manager, or call `close()`.
     """
 
-    def __init__(self, path: str | Path, *, max_pixels: int | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, max_pixels: int | None = None, limit: DecodeLimit | None = None
+    ) -> None:
         self.path = Path(path)
         self.max_pixels = resolve_max_pixels(max_pixels)
+        self.limit = limit
         self.frames_read = 0
         self._container: av.container.InputContainer | None = None
         self._reformatter = VideoReformatter()
@@ -387,6 +416,8 @@ class VideoReader:
                 last_dur = pts - last_pts
             if frame.width * frame.height > self.max_pixels:
                 _check_pixels(self.path, frame.width, frame.height, self.max_pixels)
+            if self.limit is not None:
+                self.limit.check(self.path, n + 1, float((pts - self._first_pts) * tb))
             image = _display(_to_rgb(frame, self._reformatter), _rotation_of(frame))
             last_pts = pts
             n += 1

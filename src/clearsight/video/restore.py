@@ -25,7 +25,7 @@ import numpy as np
 from clearsight.errors import OptionError, VideoWriteError
 from clearsight.out_paths import check_output_file, check_output_folder
 from clearsight.video.frames import FrameFolderWriter, open_source
-from clearsight.video.io import DEFAULT_CODEC, Frame, VideoWriter
+from clearsight.video.io import DEFAULT_CODEC, DecodeLimit, Frame, VideoWriter
 
 _log = logging.getLogger(__name__)
 FrameFn = Callable[[np.ndarray], np.ndarray]
@@ -322,6 +322,7 @@ def restore_video(
     crf: int | None = None,
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
+    decode_limit: DecodeLimit | None = None,
     temporal: bool = False,
     smooth_tone: bool = False,
     keep_partial: bool = False,
@@ -340,7 +341,9 @@ def restore_video(
     (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
     blends each output with the flow-warped previous one where that is safe, and
     `smooth_tone` averages an image model's global statistics (MBCNN's tone vectors) over
-    frames (`video/temporal.py`; it costs a second forward per frame).
+    frames (`video/temporal.py`; it costs a second forward per frame). `decode_limit`
+    stops decoding past a number of frames or seconds, counted on the decoded frames
+    (`video.io.DecodeLimit`: how the server bounds a job).
     Errors are one-line `ClearsightError`s naming the file; nothing half-written remains
     unless `keep_partial` (then the frames restored before a failure are kept, and the error
     is still raised). `on_start(total or None)` once; `on_frame(done, fps)` after each
@@ -369,7 +372,7 @@ def restore_video(
     if out_path is not None and src.exists() and out_path.resolve() == src.resolve():
         raise OptionError("out", f"{out_path} is the input video; choose another output path")
 
-    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    reader = open_source(src, fps=fps, max_pixels=max_pixels, limit=decode_limit)
     writers: list[Any] = []
     try:
         info = reader.info
