@@ -152,9 +152,9 @@ def evaluate_video(
 def _input_error(exc: BaseException) -> bool:
     """An error that fails one video and lets the run go on: the package's own, an OS
     error, a bad value, or one raised inside OpenCV or FFmpeg (a frame they refuse)."""
-    return isinstance(exc, ClearsightError | OSError | ValueError | RuntimeError) or (
-        is_library_error(exc)
-    )
+    if isinstance(exc, ClearsightError | OSError | ValueError | RuntimeError):
+        return True
+    return is_library_error(exc)
 
 
 def run_videos(
