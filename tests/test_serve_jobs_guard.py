@@ -145,3 +145,30 @@ def test_the_patch_helper_touches_only_the_duration_fields(tmp_path: Path) -> No
     changed = [i for i in range(len(a)) if a[i] != b[i]]
     assert 0 < len(changed) <= 3 * 8
     assert struct.unpack(">I", b[b.find(b"mdhd") + 20 : b.find(b"mdhd") + 24]) == (1,)
+
+
+def test_the_decode_limit_counts_decoded_timestamps_and_frames(tmp_path: Path) -> None:
+    """What the server's jobs rely on, at the reader: a video's own timestamps, and a folder
+    of numbered frames' count, stop decoding whatever the header says."""
+    from clearsight.errors import VideoReadError
+    from clearsight.io import write_image
+    from clearsight.video.frames import open_source
+    from clearsight.video.io import DecodeLimit
+
+    whole = tmp_path / "whole.mp4"
+    make_video(whole, w=16, h=16, n=30, audio=None, pts=[40 * i for i in range(30)])
+    crafted = tmp_path / "crafted.mp4"
+    patch_durations(whole, crafted)
+    seen = []
+    past = r"decodes past 0.5 s \(frame 14 at 0.52 s\)"  # frame 13 is at 0.48 s
+    reader = open_source(crafted, limit=DecodeLimit(0.5, 1000))
+    with reader, pytest.raises(VideoReadError, match=past):
+        for frame in reader.frames():
+            seen.append(frame.index)
+    assert seen == list(range(13))
+    folder = tmp_path / "frames"
+    for i in range(4):
+        write_image(folder / f"{i + 1:05d}.png", np.zeros((8, 8, 3), np.uint8))
+    reader = open_source(folder, fps=25, limit=DecodeLimit(10.0, 2, "the cap"))
+    with reader, pytest.raises(VideoReadError, match=r"more than 2 frames, over the cap of 10 s"):
+        list(reader.frames())
