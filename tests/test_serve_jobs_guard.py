@@ -106,6 +106,10 @@ def test_a_temporal_job_on_an_8x8_video_is_done_without_the_blend(tmp_path: Path
         done = finished(client, job_id)
         assert done["status"] == "done", done
         assert done["progress"]["frames_done"] == 4
+        assert done["notes"] == [
+            "frames of 8x8 are too small for optical flow (it needs at least 8 pixels on each "
+            "side and 12 on the longer one); the temporal blend was skipped"
+        ]
         assert client.get(f"/v1/jobs/{job_id}/result").status_code == 200
 
 

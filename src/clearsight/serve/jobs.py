@@ -85,6 +85,8 @@ class VideoJob:
     decode_limit: DecodeLimit | None = None
     """The most frames and seconds the job decodes (set by `check_upload`, whatever the
     header says)."""
+    notes: list[str] = field(default_factory=list)
+    """What the client should know about a job that ran (a temporal blend skipped)."""
     delete_when_done: bool = False
     """`DELETE` came while a cancelled job was still stopping: forget it once it has."""
 
@@ -128,6 +130,7 @@ class VideoJob:
                 "eta_s": eta,
             },
             "error": self.error,
+            "notes": list(self.notes),
             "created": self.created,
             "started": self.started,
             "finished": self.finished,

@@ -85,7 +85,7 @@ def _restoration(served: ServedModel, fields: Mapping[str, str], max_pixels: int
                 return tensor_to_image(out, dtype=np.uint8)
 
         out = job.folder / "result.mp4"
-        restore_video(
+        result = restore_video(
             model,
             job.upload,
             out,
@@ -95,6 +95,8 @@ def _restoration(served: ServedModel, fields: Mapping[str, str], max_pixels: int
             on_start=job.on_start,
             on_frame=job.on_frame,
         )
+        if result.temporal_skipped is not None:
+            job.notes.append(f"{result.temporal_skipped}; the temporal blend was skipped")
         job.result = out
 
     return work

@@ -51,6 +51,8 @@ class VideoRestoreResult:
     dropped_streams: tuple[str, ...] = ()
     temporal: bool = False
     """Whether the temporal blend ran (False also when the frames were too small for it)."""
+    temporal_skipped: str | None = None
+    """Why the temporal blend asked for did not run (frames too small for the flow)."""
     side_bytes: dict[int, int] = field(default_factory=dict)
     """Bytes of each copied audio/subtitle stream (by source index)."""
 
@@ -415,5 +417,6 @@ def restore_video(
         copied_streams=info.side_streams if video is not None else (),
         dropped_streams=info.dropped_streams,
         temporal=blend is not None and blend.skipped is None,
+        temporal_skipped=blend.skipped if blend is not None else None,
         side_bytes=video.side_bytes if video is not None else {},
     )
