@@ -2,8 +2,15 @@
 
 Every error a user can cause (bad file, bad argument, unknown name) is a `ClearsightError`
 with a one-line message that names the file or argument. The CLI prints the message and exits
-non-zero without a traceback; anything else is a bug and keeps its traceback.
+non-zero without a traceback; anything else is a bug and keeps its traceback. An error
+raised inside OpenCV or FFmpeg (`cv2.error`, PyAV's `av.error.*`) that a caller did not
+turn into one of these is still shown as one line (`library_reason`), per input in a folder
+run, never as an internal error.
 """
+
+import re
+
+_OPENCV_DETAIL = re.compile(r"error: \(-?\d+:[^)]*\) (?P<detail>.+)$")
 
 
 class ClearsightError(Exception):
@@ -67,3 +74,28 @@ class VideoReadError(ClearsightError):
 
 class VideoWriteError(ClearsightError):
     """A video could not be written (container cannot hold a codec, encoder failed)."""
+
+
+def library_reason(exc: BaseException, file_name: str | None = None) -> str | None:
+    """One line for an error raised inside OpenCV (`cv2.error`) or FFmpeg (PyAV's
+    `av.error.*`): the library's own words without its version, source file and line
+    ("OpenCV: The input image must have ..."), with the file PyAV names (or `file_name`
+    for it, where the path is not the reader's to see); None for any other exception.
+    Told apart by module, so this module imports neither library."""
+    library = type(exc).__module__.split(".")[0]
+    text = " ".join(str(exc).split())
+    if library == "cv2":
+        m = _OPENCV_DETAIL.search(text)
+        return f"OpenCV: {m['detail'] if m else text or 'error'}"
+    if library == "av":
+        detail = getattr(exc, "strerror", None) or text or type(exc).__name__
+        filename = getattr(exc, "filename", None)
+        if filename and file_name is not None:
+            filename = file_name
+        return f"{filename}: FFmpeg: {detail}" if filename else f"FFmpeg: {detail}"
+    return None
+
+
+def is_library_error(exc: BaseException) -> bool:
+    """Whether `exc` was raised inside OpenCV or FFmpeg (see `library_reason`)."""
+    return library_reason(exc) is not None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, is_library_error
 
 if TYPE_CHECKING:
     from clearsight.runtime.failures import FailedFile
@@ -149,6 +149,14 @@ def evaluate_video(
     return result
 
 
+def _input_error(exc: BaseException) -> bool:
+    """An error that fails one video and lets the run go on: the package's own, an OS
+    error, a bad value, or one raised inside OpenCV or FFmpeg (a frame they refuse)."""
+    if isinstance(exc, ClearsightError | OSError | ValueError | RuntimeError):
+        return True
+    return is_library_error(exc)
+
+
 def run_videos(
     videos: Sequence[tuple[Path, Path]],
     run_one: Callable[[Path, Path], Any],
@@ -173,8 +181,8 @@ def run_videos(
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             result = run_one(source, target)
-        except (ClearsightError, OSError, ValueError, RuntimeError) as exc:
-            if fail_fast:
+        except Exception as exc:
+            if fail_fast or not _input_error(exc):
                 raise
             f = FailedFile(source, target, failure_reason(exc))
             failed.append(f)

@@ -54,6 +54,7 @@ from clearsight.models.contract import RestorationModel, TiledRestore, TilingLim
 from clearsight.onnx_meta import STATS_INPUT, read_onnx_metadata
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
 from clearsight.runtime.ort_detect import OrtDetector
+from clearsight.runtime.threads import spinning_allowed
 from clearsight.tiling import tiled_apply
 
 BACKENDS = ("torch", "onnxruntime")
@@ -72,11 +73,15 @@ def _ort() -> Any:
 
 
 def make_session(model: str | os.PathLike[str] | bytes, threads: int | None = None) -> Any:
-    """A CPU `InferenceSession` using `threads` intra-op threads (default: torch's)."""
+    """A CPU `InferenceSession` using `threads` intra-op threads (default: torch's), which
+    sleep when idle unless `OMP_WAIT_POLICY=ACTIVE` (`runtime.threads`)."""
     ort = _ort()
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(threads or torch.get_num_threads())
     opts.inter_op_num_threads = 1
+    spin = "1" if spinning_allowed() else "0"
+    opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3  # errors only: no shape-inference chatter on stderr

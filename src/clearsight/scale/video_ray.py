@@ -386,7 +386,7 @@ def stitch(
     if temporal:
         from clearsight.video.temporal import TemporalBlend
 
-        blend = TemporalBlend()
+        blend = TemporalBlend(source=source)
     try:
         for part in parts:
             with VideoReader(part.job.output, max_pixels=max_pixels) as seg:

@@ -26,7 +26,7 @@ from clearsight.errors import OptionError, check_unit_interval, check_whole_numb
 from clearsight.out_paths import check_output_folder
 from clearsight.video.bytetrack import ByteTrack
 from clearsight.video.frames import open_source
-from clearsight.video.io import DEFAULT_CODEC, Frame
+from clearsight.video.io import DEFAULT_CODEC, DecodeLimit, Frame
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
 
 if TYPE_CHECKING:
@@ -152,6 +152,7 @@ def detect_video(
     crf: int | None = None,
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
+    decode_limit: DecodeLimit | None = None,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
     batch_size: int = DEFAULT_BATCH,
@@ -186,7 +187,7 @@ def detect_video(
     video_path, jsonl_path = out / f"{stem}.mp4", out / f"{stem}.jsonl"
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
-    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    reader = open_source(src, fps=fps, max_pixels=max_pixels, limit=decode_limit)
     writers: list[Any] = []
     try:
         info = reader.info

@@ -32,7 +32,7 @@ from clearsight.atomic import atomic_dir, atomic_write_text
 from clearsight.errors import OptionError, PairingError, VideoReadError
 from clearsight.io import read_image, to_uint8, write_image
 from clearsight.metrics._errors import ShapeMismatchError
-from clearsight.metrics.warping import flicker, score_frames
+from clearsight.metrics.warping import FlowTooSmallError, flicker, score_frames
 from clearsight.out_paths import check_output_folder
 from clearsight.video.frames import FRAME_NAME, list_frames, open_source
 from clearsight.video.options import check_fps
@@ -171,13 +171,13 @@ def _restored(model: Any, frames: Iterator[np.ndarray], clip: bool) -> Iterator[
         yield out
 
 
-def _blended(frames: Iterator[np.ndarray], temporal: bool) -> Iterator[np.ndarray]:
+def _blended(frames: Iterator[np.ndarray], temporal: bool, source: str) -> Iterator[np.ndarray]:
     if not temporal:
         yield from frames
         return
     from clearsight.video.temporal import TemporalBlend
 
-    blend = TemporalBlend()
+    blend = TemporalBlend(source=source)
     for frame in frames:
         yield blend(frame)
 
@@ -198,6 +198,11 @@ def _describe(pairs: Any) -> str:
     if isinstance(pairs, tuple | list):
         return " and ".join(str(p) for p in pairs if p is not None)
     return str(pairs)
+
+
+def _cannot_compute(what: str, pairs: Any, exc: FlowTooSmallError) -> FlowTooSmallError:
+    """The clip's frames are too small for the optical flow its `what` is measured with."""
+    return FlowTooSmallError(f"{_describe(pairs)}: the {what} cannot be computed: {exc}")
 
 
 def _mean(values: list[float]) -> float | None:
@@ -246,15 +251,18 @@ def evaluate_video(
     if on_start is not None:
         on_start(*_frames_and_rate(data, fps))
     tap = _Tap(data, on_frame)
+    source = _describe(pairs)
     with _ImageSaver(out / IMAGES_FOLDER if save_images and out else None, data) as saver:
         if data.clean is not None:
-            restored = _blended(_restored(model, tap.inputs(data.inputs()), clip), temporal)
+            restored = _blended(_restored(model, tap.inputs(data.inputs()), clip), temporal, source)
             outputs = tap.outputs(saver.wrap(restored))
             try:
                 score = score_frames(outputs, tap.clean(data.clean()), preset=preset)
             except ShapeMismatchError as exc:
                 where = f"frame {data.name(max(0, saver.count - 1))}"
                 raise ShapeMismatchError(f"{_describe(pairs)}: {where}: {exc}") from exc
+            except FlowTooSmallError as exc:
+                raise _cannot_compute("warping error", pairs, exc) from exc
             rows: list[dict[str, Any]] = [
                 {
                     "name": data.name(i),
@@ -274,9 +282,14 @@ def evaluate_video(
             }
         else:
             model_in, guides = itertools.tee(data.inputs())  # in lockstep: one frame buffered
-            restored = saver.wrap(_blended(_restored(model, tap.inputs(model_in), clip), temporal))
+            restored = saver.wrap(
+                _blended(_restored(model, tap.inputs(model_in), clip), temporal, source)
+            )
             outputs = tap.without_clean(restored)
-            result = flicker(outputs, guides)
+            try:
+                result = flicker(outputs, guides)
+            except FlowTooSmallError as exc:
+                raise _cannot_compute("flicker", pairs, exc) from exc
             if saver.count == 0:
                 raise PairingError(f"{pairs}: no frames to score")
             flick = [None, *result.per_frame]

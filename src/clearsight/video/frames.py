@@ -29,7 +29,7 @@ from clearsight.errors import (
     check_whole_number,
 )
 from clearsight.io import list_images, read_image, to_uint8
-from clearsight.video.io import Frame, VideoInfo, VideoReader
+from clearsight.video.io import DecodeLimit, Frame, VideoInfo, VideoReader
 from clearsight.video.options import check_duration, check_fps, check_start
 
 FRAME_NAME = "{:06d}.png"
@@ -51,12 +51,18 @@ class FrameFolderReader:
     `VideoReader`: `info`, `frames()`, `side_streams()`, `close()`)."""
 
     def __init__(
-        self, folder: str | Path, *, fps: float | None, max_pixels: int | None = None
+        self,
+        folder: str | Path,
+        *,
+        fps: float | None,
+        max_pixels: int | None = None,
+        limit: DecodeLimit | None = None,
     ) -> None:
         self.path = Path(folder)
         rate = check_fps(fps)
         self.files = list_frames(self.path)
         self.max_pixels = max_pixels
+        self.limit = limit
         self.frames_read = 0
         first = to_uint8(read_image(self.files[0], max_pixels=max_pixels))
         h, w = first.shape[:2]
@@ -92,6 +98,8 @@ class FrameFolderReader:
                 f"at {float(rate)} fps)"
             )
         for i in range(first, stop):
+            if self.limit is not None:
+                self.limit.check(self.path, i - first + 1, float((i - first) / rate))
             img = to_uint8(read_image(self.files[i], max_pixels=self.max_pixels))
             if img.shape[:2] != (self.info.height, self.info.width):
                 raise VideoReadError(
@@ -168,14 +176,19 @@ class FrameFolderWriter(ClosedOrAborted):
 
 
 def open_source(
-    path: str | Path, *, fps: float | None = None, max_pixels: int | None = None
+    path: str | Path,
+    *,
+    fps: float | None = None,
+    max_pixels: int | None = None,
+    limit: DecodeLimit | None = None,
 ) -> Any:
     """A reader for `path`: a `VideoReader` for a video file, a `FrameFolderReader` (at
-    `fps`) for a folder of numbered frames. Both have `info`, `frames()` and `close()`."""
+    `fps`) for a folder of numbered frames. Both have `info`, `frames()` and `close()`, and
+    stop at `limit` (frames and seconds decoded)."""
     p = Path(path)
     if p.is_dir():
-        return FrameFolderReader(p, fps=fps, max_pixels=max_pixels)
-    return VideoReader(p, max_pixels=max_pixels)
+        return FrameFolderReader(p, fps=fps, max_pixels=max_pixels, limit=limit)
+    return VideoReader(p, max_pixels=max_pixels, limit=limit)
 
 
 def write_clip_pairs(

@@ -119,6 +119,31 @@ class SideStreams:
     end: Fraction | None = None
 
 
+@dataclass(frozen=True)
+class DecodeLimit:
+    """The most of a video a reader decodes, counted on the decoded frames themselves, never
+    on the header (which a crafted file can set to anything): at most `frames` frames, none
+    `seconds` or more after the first. Past it, `frames()` raises a `VideoReadError` naming
+    `name` (the server's job limit: docs/serving.md)."""
+
+    seconds: float
+    frames: int
+    name: str = "the limit"
+
+    def check(self, path: Path, count: int, seconds: float) -> None:
+        """Raise when the `count`-th frame, `seconds` after the first, is past the limit."""
+        if seconds >= self.seconds:
+            raise VideoReadError(
+                f"{path} decodes past {self.seconds:g} s (frame {count} at {seconds:.2f} s), "
+                f"over {self.name}; its header understates its length"
+            )
+        if count > self.frames:
+            raise VideoReadError(
+                f"{path} holds more than {self.frames} frames, over {self.name} of "
+                f"{self.seconds:g} s"
+            )
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -217,12 +242,16 @@ class VideoReader:
     """Frames of a video file, decoded one at a time (`frames()`), with its `info`.
 
     Opening probes the file: it must have a decodable video stream with at least one frame
-    within the pixel limit. Use as a context manager, or call `close()`.
+    within the pixel limit. `limit` bounds what `frames()` decodes (`DecodeLimit`). Use as
+    a context manager, or call `close()`.
     """
 
-    def __init__(self, path: str | Path, *, max_pixels: int | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, max_pixels: int | None = None, limit: DecodeLimit | None = None
+    ) -> None:
         self.path = Path(path)
         self.max_pixels = resolve_max_pixels(max_pixels)
+        self.limit = limit
         self.frames_read = 0
         self._container: av.container.InputContainer | None = None
         self._reformatter = VideoReformatter()
@@ -236,7 +265,22 @@ class VideoReader:
             cc = stream.codec_context
             if cc.width and cc.height:
                 _check_pixels(self.path, cc.width, cc.height, self.max_pixels)
-            first = self._first_frame(container, stream)
+            tb = stream.time_base or Fraction(1, 90000)
+            tag = _tag_seconds(stream.metadata.get("DURATION"))
+            # where the video stream itself says it ends (seconds on its timeline); the
+            # container's duration may be the audio's, so it never counts as truncation
+            if stream.duration:
+                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
+            elif tag is not None:
+                self._stated_end = tag
+            duration: float | None = None
+            if self._stated_end is not None:
+                duration = float(self._stated_end - (stream.start_time or 0) * tb)
+            elif container.duration:
+                duration = container.duration / 1e6
+            # Matroska's stream duration may be the segment's (audio included): its tag wins
+            stated = float(tag) if tag is not None else duration
+            first = self._first_frame(container, stream, stated)
             _check_pixels(self.path, first.width, first.height, self.max_pixels)
             rotation = _rotation_of(first)
             w, h = (
@@ -251,18 +295,6 @@ class VideoReader:
                 codec = s.codec_context.name if s.codec_context is not None else "unknown"
                 label = f"#{s.index} {s.type} {codec}"
                 (side if s.type in COPIED_TYPES else dropped).append(label)
-            tb = stream.time_base or Fraction(1, 90000)
-            # where the video stream itself says it ends (seconds on its timeline); the
-            # container's duration may be the audio's, so it never counts as truncation
-            if stream.duration:
-                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
-            elif (tag := _tag_seconds(stream.metadata.get("DURATION"))) is not None:
-                self._stated_end = tag
-            duration: float | None = None
-            if self._stated_end is not None:
-                duration = float(self._stated_end - (stream.start_time or 0) * tb)
-            elif container.duration:
-                duration = container.duration / 1e6
             rate = stream.average_rate or stream.guessed_rate or None
             info = VideoInfo(
                 path=self.path,
@@ -283,7 +315,11 @@ class VideoReader:
         finally:
             container.close()
 
-    def _first_frame(self, container: av.container.InputContainer, stream: Any) -> av.VideoFrame:
+    def _first_frame(
+        self, container: av.container.InputContainer, stream: Any, stated: float | None
+    ) -> av.VideoFrame:
+        """The first decoded frame. None decoding from a stream that states a length is a
+        truncated or damaged file (its frames are cut off or unreadable), not an empty one."""
         try:
             for frame in container.decode(stream):
                 return frame
@@ -296,7 +332,15 @@ class VideoReader:
                 f"{self.path}: decoding stopped at frame 0 ({_reason(exc)}); the file is "
                 "truncated or corrupt"
             ) from exc
-        raise VideoReadError(f"{self.path}: the video stream has no frames")
+        raise VideoReadError(self._no_frames(stated))
+
+    def _no_frames(self, stated: float | None) -> str:
+        if stated is not None and stated > 0:
+            return (
+                f"{self.path}: no frame decodes though the video stream states "
+                f"{stated:.3f} s; the file is truncated or damaged"
+            )
+        return f"{self.path}: the video stream has no frames"
 
     # -- cut ---------------------------------------------------------------------------
     def _window(
@@ -368,6 +412,8 @@ class VideoReader:
                 last_dur = pts - last_pts
             if frame.width * frame.height > self.max_pixels:
                 _check_pixels(self.path, frame.width, frame.height, self.max_pixels)
+            if self.limit is not None:
+                self.limit.check(self.path, n + 1, float((pts - self._first_pts) * tb))
             image = _display(_to_rgb(frame, self._reformatter), _rotation_of(frame))
             last_pts = pts
             n += 1
