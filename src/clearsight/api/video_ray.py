@@ -26,9 +26,10 @@ def restore_videos_ray(
     of `clearsight.scale.video_ray.restore_videos_ray`. Returns its `VideoSummary`."""
     from clearsight.errors import ClearsightError
     from clearsight.output_plan import plan_run
-    from clearsight.scale.video_ray import restore_videos_ray as run
 
     plan = plan_run(inputs, out, keep_container=keep_container, plan_images=False)
     if not plan.videos:
         raise ClearsightError(f"no videos among {', '.join(map(str, inputs))}")
+    from clearsight.scale.video_ray import restore_videos_ray as run
+
     return run(model, [(v.source, v.target) for v in plan.videos], out, **options)

@@ -145,8 +145,8 @@ class FrameFolderWriter(ClosedOrAborted):
             others = [n for n in names if n != FRAMES_MARK and not _WRITTEN.match(n)]
             if others or (names and FRAMES_MARK not in names):
                 raise VideoWriteError(
-                    f"frames folder {self.path} already holds files clearsight did not write "
-                    f"({(others or names)[0]}, ...); choose an empty or new folder"
+                    f"frames folder {self.path} already holds other files, not written by "
+                    f"clearsight ({(others or names)[0]}, ...); choose an empty or new folder"
                 )
         self._atomic = atomic_dir(self.path)
         self._tmp = self._atomic.__enter__()
