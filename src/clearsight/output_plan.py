@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clearsight.errors import ClearsightError
-from clearsight.out_paths import check_output_folder
+from clearsight.out_paths import check_output_file, check_output_folder
 
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 """File names read as videos (any container FFmpeg decodes; these are the usual ones)."""
@@ -252,3 +252,20 @@ def finished(video: VideoOutput) -> bool:
     existing keeps it."""
     done = all(f.is_file() for f in video.files)
     return done and (video.frames is None or video.frames.is_dir())
+
+
+def plan_fixed_outputs(
+    out: str | os.PathLike[str] | None, report: str | os.PathLike[str] | None = None
+) -> None:
+    """The plan of a run whose outputs have fixed names (`eval`: `per_image.csv`,
+    `summary.json` in `out`, the `report` page): both paths checked before any work, and
+    the leftovers of killed runs swept from their folders, as a folder run's are."""
+    from clearsight.atomic import sweep_leftovers
+
+    folders: list[Path] = []
+    if out is not None:
+        folders.append(check_output_folder(out, "--out"))
+    if report is not None:
+        folders.append(check_output_file(report, "--report").parent)
+    for folder in folders:
+        sweep_leftovers(folder)

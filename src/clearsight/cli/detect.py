@@ -68,10 +68,9 @@ def detect_cmd(
     OUT/detections.json in COCO results format (category ids as in the model's class map);
     each video drawn into OUT/<name>.mp4 with OUT/<name>.jsonl, one line per frame."""
     from clearsight import api
-    from clearsight.output_plan import plan_run
 
     on_ray = api.check_engine(engine) == "ray"
-    plan = plan_run(inputs, out, sidecars=(".jsonl",), plan_images=not on_ray)
+    plan = api.plan_run(inputs, out, sidecars=(".jsonl",), plan_images=not on_ray)
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
     if plan.videos and skip_existing and not on_ray:  # as for images (`api.detect_files`)

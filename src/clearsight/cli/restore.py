@@ -141,7 +141,7 @@ def _media_plan(inputs: list[str], out: Path, video: dict[str, Any], on_ray: boo
     work: images apart from videos; with --fps, each folder given is one video of numbered
     frames, restored to OUT/<folder name>.mp4. On Ray the image engine plans the images
     (globs, manifests and URIs), so only the videos are planned here."""
-    from clearsight.output_plan import plan_run
+    from clearsight import api
 
     fps, frames_out = video.get("fps"), video.get("frames_out")
     if fps is not None and (not math.isfinite(fps) or fps <= 0):
@@ -152,7 +152,7 @@ def _media_plan(inputs: list[str], out: Path, video: dict[str, Any], on_ray: boo
                 raise OptionError(
                     option, f"{name} runs with --engine local (Ray takes video files)"
                 )
-    plan = plan_run(
+    plan = api.plan_run(
         inputs, out, fps=fps, frames_out=frames_out, plan_images=not on_ray,
         keep_container=bool(video.get("keep_container")),
     )  # fmt: skip
