@@ -125,6 +125,10 @@ def test_clashes_across_kinds_and_frames_folders_are_found_by_the_plan(tmp_path:
         plan_run([mp4, mkv], out, keep_container=True, frames_out=tmp_path / "frames")
     with pytest.raises(OutputClashError, match="frames"):  # frames folder replacing OUT
         plan_run([mp4], out, frames_out=out)
+    odd = tmp_path / "odd"
+    _image(odd / "a.mp4" / "1.png")  # an image folder named like the video's output
+    with pytest.raises(OutputClashError, match=r"\(a file\) and .*\(a folder"):
+        plan_run([odd, a], out)
     # images keep their extension: a.png and a.jpg do not clash, nor does a.mp4
     pics = tmp_path / "pics"
     _image(pics / "a.png"), _image(pics / "a.jpg")

@@ -158,71 +158,89 @@ def plan_run(
         frames = None
         if frames_dir is not None:
             frames = _frames_folder(frames_dir, out_dir, stem, len(stems) > 1)
-        if all(_key(v.source) != _key(source) for v in plan.videos):  # given twice: once
+        same = os.path.realpath(source)  # a video given twice (itself and its folder): once
+        if all(os.path.realpath(v.source) != same for v in plan.videos):
             plan.videos.append(VideoOutput(source, target, extra, frames))
-    _check_clashes(plan)
-    _check_inputs(plan, [p for p in given if p.exists()], frames_dir)
+    keys = _Keys()
+    _check_clashes(plan, keys)
+    _check_inputs(plan, [p for p in given if p.exists()], frames_dir, keys)
     return plan
 
 
-def _key(path: Path) -> str:
-    """A path as compared for clashes: absolute, links resolved."""
-    return os.path.realpath(path)
+class _Keys(dict[Path, str]):
+    """Paths as compared for clashes: absolute, links resolved; each resolved once per
+    plan (a folder run may plan many thousands)."""
+
+    def __call__(self, path: Path) -> str:
+        key = self.get(path)
+        if key is None:
+            key = self[path] = os.path.realpath(path)
+        return key
 
 
 def _inside(path: str, folder: str) -> bool:
-    """`path` is `folder` or lies under it (both `_key`s)."""
+    """`path` is `folder` or lies under it (both resolved)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _check_clashes(plan: RunPlan) -> None:
+def _check_clashes(plan: RunPlan, resolved: _Keys) -> None:
     """One output per path: two inputs onto one file, or a frames folder (replaced whole)
     holding another input's output, is an `OutputClashError` naming both inputs."""
     seen: dict[str, tuple[Path, Path]] = {}
     files: list[tuple[Path, Path]] = list(plan.image_outputs)
     files += [(v.source, f) for v in plan.videos for f in v.files]
     for source, path in files:
-        key = _key(path)
-        if key in seen and _key(seen[key][0]) != _key(source):
+        key = resolved(path)
+        if key in seen and resolved(seen[key][0]) != resolved(source):
             raise OutputClashError(
                 f"two inputs would be written to {path}: {seen[key][0]} and {source}; "
                 "rename one of them or run them separately"
             )
         seen[key] = (source, path)
+    for key, (source, path) in seen.items():  # a file where another output needs a folder
+        for parent in Path(key).parents:  # a resolved path's parents are resolved too
+            taken = seen.get(str(parent))
+            if taken is not None:
+                raise OutputClashError(
+                    f"two inputs would be written to {taken[1]}: {taken[0]} (a file) and "
+                    f"{source} (a folder, for {path}); rename one of them or run them separately"
+                )
     folders = [(v.source, v.frames) for v in plan.videos if v.frames is not None]
     for i, (source, folder) in enumerate(folders):
-        home = _key(folder)
+        home = resolved(folder)
         for other, path in files:  # its own video too: the folder is replaced whole
-            if _inside(_key(path), home):
+            if _inside(resolved(path), home):
                 raise OutputClashError(
                     f"the frames of {source} would replace {folder}, where {path} (of {other}) "
                     "is written; choose another --frames-out"
                 )
         for other, path in folders[i + 1 :]:
-            if _inside(_key(path), home) or _inside(home, _key(path)):
+            if _inside(resolved(path), home) or _inside(home, resolved(path)):
                 raise OutputClashError(
                     f"two inputs would write their frames to {folder}: {source} and {other}; "
                     "rename one of them or run them separately"
                 )
 
 
-def _check_inputs(plan: RunPlan, inputs: Sequence[Path], frames_dir: Path | None) -> None:
+def _check_inputs(
+    plan: RunPlan, inputs: Sequence[Path], frames_dir: Path | None, resolved: _Keys
+) -> None:
     """No output onto an input: `-o` not an input folder nor inside one, no output file
     that is an input, and `--frames-out` neither an input, inside one, nor holding one."""
-    out = _key(plan.out)
-    named = {_key(p): p for p in [*inputs, *(s for s, _ in plan.image_outputs)]}
-    named.update({_key(v.source): v.source for v in plan.videos})
+    out = resolved(plan.out)
+    named = {resolved(p): p for p in [*inputs, *(s for s, _ in plan.image_outputs)]}
+    named.update({resolved(v.source): v.source for v in plan.videos})
     sources = list(named)
     for given in inputs:
-        if given.is_dir() and _inside(out, _key(given)):
+        if given.is_dir() and _inside(out, resolved(given)):
             raise OutputClashError(
                 f"output folder {plan.out} is inside the input folder {given} (a rerun would "
                 "read its outputs as inputs); choose another --out"
             )
-    own = {_key(dst): _key(src) for src, dst in plan.image_outputs}
-    own.update({_key(f): _key(v.source) for v in plan.videos for f in v.files})
+    own = {resolved(dst): resolved(src) for src, dst in plan.image_outputs}
+    own.update({resolved(f): resolved(v.source) for v in plan.videos for f in v.files})
     for path in plan.outputs():
-        key = _key(path)
+        key = resolved(path)
         if key in sources:
             whose = "its input" if own.get(key) == key else f"the input {path}"
             raise OutputClashError(f"output {path} would overwrite {whose}; choose another --out")
@@ -230,12 +248,12 @@ def _check_inputs(plan: RunPlan, inputs: Sequence[Path], frames_dir: Path | None
     if frames_dir is not None:
         folders.append(frames_dir)
     for folder in folders:
-        home = _key(folder)
+        home = resolved(folder)
         for source in sources:
             if _inside(source, home) or _inside(home, source):
                 raise OutputClashError(
-                    f"--frames-out {folder} would replace the input {named[source]} (a "
-                    "frames folder is written whole); choose a folder apart from the inputs"
+                    f"--frames-out {folder} is, holds or is inside the input {named[source]} "
+                    "(a frames folder is replaced whole); choose a folder apart from the inputs"
                 )
 
 

@@ -169,7 +169,8 @@ def run_videos(
     started = time.time()
     planned = [v if isinstance(v, VideoOutput) else _named(v, keep_container) for v in videos]
     out_dir = Path(out)
-    prepare_outputs(out_dir, (f for v in planned for f in v.files), started)
+    written = [f for v in planned for f in (*v.files, *([v.frames] if v.frames else []))]
+    prepare_outputs(out_dir, written, started)
     done: list[tuple[Path, Path, Any]] = []
     failed: list[FailedFile] = []
     skipped: list[Path] = []
