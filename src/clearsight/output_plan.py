@@ -152,15 +152,18 @@ def plan_run(
         from clearsight.runtime.batch import plan_outputs
 
         plan.image_outputs = plan_outputs([Path(i) for i in media.images], out_dir)
+    planned: set[str] = set()
     for source, stem in stems:
+        same = os.path.realpath(source)  # a video given twice (itself and its folder): once
+        if same in planned:
+            continue
+        planned.add(same)
         target = video_output(stem, source, keep_container)
         extra = tuple(stem.with_name(stem.name + s) for s in sidecars)
         frames = None
         if frames_dir is not None:
             frames = _frames_folder(frames_dir, out_dir, stem, len(stems) > 1)
-        same = os.path.realpath(source)  # a video given twice (itself and its folder): once
-        if all(os.path.realpath(v.source) != same for v in plan.videos):
-            plan.videos.append(VideoOutput(source, target, extra, frames))
+        plan.videos.append(VideoOutput(source, target, extra, frames))
     keys = _Keys()
     _check_clashes(plan, keys)
     _check_inputs(plan, [p for p in given if p.exists()], frames_dir, keys)
