@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, OptionError
 from clearsight.output_plan import (
     VIDEO_SUFFIXES,
     MediaPlan,
@@ -165,7 +165,7 @@ def run_videos(
     )
 
     if existing not in ("overwrite", "skip"):
-        raise ValueError(f"existing must be overwrite or skip, got {existing!r}")
+        raise OptionError("existing", f"must be overwrite or skip, got {existing!r}")
     started = time.time()
     planned = [v if isinstance(v, VideoOutput) else _named(v, keep_container) for v in videos]
     out_dir = Path(out)
