@@ -23,7 +23,8 @@ def _numbered(folder: Path, n: int) -> list[np.ndarray]:
 
 
 def _pngs(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
+    """The visible names in `folder` (a frames folder also holds its hidden mark)."""
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
 
 
 def test_frames_out_writes_each_restored_frame_as_a_numbered_png(tmp_path: Path) -> None:

@@ -160,7 +160,8 @@ def test_unknown_errors_say_internal_error_and_point_to_debug(tmp_path, monkeypa
     monkeypatch.setattr(zoo, "resolve_model", boom)
     img = tmp_path / "x.png"
     Image.fromarray(random_image(8, 8)).save(img)
-    res = runner.invoke(app, ["restore", "--model", "identity", str(img), "-o", str(tmp_path)])
+    out = tmp_path / "out"  # not the input's folder: the plan refuses that before the model
+    res = runner.invoke(app, ["restore", "--model", "identity", str(img), "-o", str(out)])
     text = _handled(res)
     assert "internal error" in text and "--debug" in text and "KeyError" in text
 

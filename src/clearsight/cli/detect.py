@@ -69,12 +69,14 @@ def detect_cmd(
     each video drawn into OUT/<name>.mp4 with OUT/<name>.jsonl, one line per frame."""
     from clearsight import api
 
-    on_ray = engine == "ray"  # the API checks the name
+    on_ray = api.check_engine(engine) == "ray"
     check_unit_interval("score_threshold", score_threshold)
     api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, container="mp4")
-    plan = api.split_media(inputs, out)
+    plan = api.plan_run(inputs, out, sidecars=(".jsonl",), plan_images=not on_ray)
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
+    if plan.videos and skip_existing and not on_ray:  # as for images (`api.detect_files`)
+        raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     failed: list[Any] = []
     if plan.images:
         failed = _detect_images(
@@ -181,9 +183,18 @@ def _detect_videos(
     def done(source: Path, target: Path, r: Any) -> None:
         say(f"{source} -> {r.video}  ({r.frames} frames, {r.detections} detection(s))", err=True)
 
-    ok, failed, _ = api.run_videos(
-        plan.videos, one, out, fail_fast=fail_fast, earlier_failed=earlier, on_done=done,
-        on_failure=lambda f: say_failed(f.source, f.reason),
-    )  # fmt: skip
-    say(f"detected in {len(ok)} video(s) into {out}")
+    def summary(ok: int, failed: int) -> None:
+        say(f"detected in {ok} video(s) into {out}")
+        say(f"{ok} done, 0 skipped, {failed} failed")
+
+    try:
+        ok, failed, _ = api.run_videos(
+            plan.videos, one, out, fail_fast=fail_fast, earlier_failed=earlier, on_done=done,
+            on_failure=lambda f: say_failed(f.source, f.reason),
+        )  # fmt: skip
+    except api.FailuresCsvError as exc:  # the run's account still gets printed
+        if exc.run is not None:
+            summary(len(exc.run[0]), len(exc.run[1]))
+        raise
+    summary(len(ok), len(failed))
     return failed

@@ -36,12 +36,9 @@ def _eval_detection(
 ) -> None:
     """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON, and
     an HTML report with the worst images' boxes drawn (`report/detection.py`)."""
-    from clearsight.api import check_output_file, check_output_folder, evaluate_detection
+    from clearsight.api import evaluate_detection, plan_fixed_outputs
 
-    if out is not None:
-        check_output_folder(out, "--out")
-    if report is not None:
-        check_output_file(report, "--report")
+    plan_fixed_outputs(out, report)
     if k < 1:
         raise ClearsightError(f"--report-k must be >= 1, got {k}")
 
@@ -145,10 +142,7 @@ def eval_cmd(
         _eval_detection(model, data, out, device, report, report_k)
         return
 
-    if out is not None:
-        api.check_output_folder(out, "--out")
-    if report is not None:
-        api.check_output_file(report, "--report")
+    api.plan_fixed_outputs(out, report)
     outputs = [out / "per_image.csv", out / "summary.json"] if out is not None else []
     outputs += [report] if report is not None else []
     if skip_existing and outputs and all(p.is_file() for p in outputs):
@@ -252,10 +246,7 @@ def _eval_video(
             f"{data} is a file: give its clean video with --clean, or a folder with the "
             "input frames (rain/, moire/ or input/) and clean/",
         )
-    if out is not None:
-        api.check_output_folder(out, "--out")
-    if report is not None:
-        api.check_output_file(report, "--report")
+    api.plan_fixed_outputs(out, report)
     pairs: Any = data if clean is None else (data, clean)
     res = api.evaluate_video(
         model, pairs, out, preset=preset, save_images=save, report=report, fps=fps,

@@ -34,6 +34,9 @@ from clearsight.video.options import check_duration, check_fps, check_start
 
 FRAME_NAME = "{:06d}.png"
 _WRITTEN = re.compile(r"^\d+\.png$")
+FRAMES_MARK = ".clearsight-frames"
+"""A hidden file in every frames folder written here: a rerun replaces a folder only when
+it finds this mark (and nothing but numbered PNGs), never a folder it did not write."""
 
 
 def list_frames(folder: str | Path) -> list[Path]:
@@ -122,8 +125,9 @@ class FrameFolderReader:
 class FrameFolderWriter(ClosedOrAborted):
     """Write frames as OUT/000001.png, 000002.png, ... (8-bit RGB), atomically as a folder.
 
-    An existing OUT is replaced only when it holds nothing but numbered PNGs (an earlier
-    output); anything else there is refused rather than deleted.
+    An existing OUT is replaced only when it is empty or was written here (it holds the
+    hidden `FRAMES_MARK` and nothing but numbered PNGs): a folder of numbered frames from
+    elsewhere (a camera, ffmpeg, the input itself) is refused rather than deleted.
     """
 
     def __init__(self, folder: str | Path, *, keep_partial: bool = False) -> None:
@@ -134,14 +138,19 @@ class FrameFolderWriter(ClosedOrAborted):
         if self.path.exists():
             if not self.path.is_dir():
                 raise VideoWriteError(f"frames folder {self.path} is a file, not a folder")
-            others = [p.name for p in self.path.iterdir() if not _WRITTEN.match(p.name)]
-            if others:
+            names = sorted(p.name for p in self.path.iterdir())
+            others = [n for n in names if n != FRAMES_MARK and not _WRITTEN.match(n)]
+            if others or (names and FRAMES_MARK not in names):
                 raise VideoWriteError(
-                    f"frames folder {self.path} already holds other files ({others[0]}, ...); "
-                    "choose an empty or new folder"
+                    f"frames folder {self.path} already holds other files, not written by "
+                    f"clearsight ({(others or names)[0]}, ...); choose an empty or new folder"
                 )
         self._atomic = atomic_dir(self.path)
         self._tmp = self._atomic.__enter__()
+        (self._tmp / FRAMES_MARK).write_text(
+            "numbered frames written by clearsight; a rerun replaces this folder\n",
+            encoding="utf-8",
+        )
 
     def write(self, image: np.ndarray, pts: int | None = None) -> Path:
         """Write the next frame (HxWx3 uint8 RGB); `pts` is ignored (frames are numbered)."""
