@@ -4,6 +4,7 @@
 from clearsight.models import (  # noqa: F401
     identity,
     mbcnn,
+    nafnet,
     rescan,
     s2vd,
     ssd_mobilenet_v1,
