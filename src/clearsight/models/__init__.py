@@ -2,6 +2,7 @@
 
 # Importing each architecture module registers it.
 from clearsight.models import (  # noqa: F401
+    esdnet,
     identity,
     mbcnn,
     nafnet,
