@@ -250,10 +250,9 @@ class ESDNet(RestorationModel):
             )
         return self.decoder(*self.encoder(x))
 
-    def restore(self, x: torch.Tensor, **_: Any) -> torch.Tensor:
-        """The authors' test: pad with their mean colour to multiples of 32, run, crop."""
-        h, w = x.shape[-2:]
-        left, right, top, bottom = reference_padding(h, w)
+    def pad_reference(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """The authors' test pad: each channel padded with its mean colour, centred."""
+        left, right, top, bottom = reference_padding(*x.shape[-2:])
         padded = torch.cat(
             [
                 F.pad(x[:, c : c + 1], (left, right, top, bottom), value=v)
@@ -261,8 +260,17 @@ class ESDNet(RestorationModel):
             ],
             dim=1,
         )
-        full = self.decoder(*self.encoder(padded))[-1]
-        return full[:, :, top : top + h, left : left + w]
+        return padded, (top, left)
+
+    def full_resolution(self, x: torch.Tensor) -> torch.Tensor:
+        """The full-resolution output alone (H and W multiples of 32)."""
+        return self.decoder(*self.encoder(x))[-1]
+
+    def restore(self, x: torch.Tensor, **_: Any) -> torch.Tensor:
+        """The authors' test: pad with their mean colour to multiples of 32, run, crop."""
+        h, w = x.shape[-2:]
+        padded, (top, left) = self.pad_reference(x)
+        return self.full_resolution(padded)[:, :, top : top + h, left : left + w]
 
     def tiled_path(self) -> TiledRestore | None:
         return self.restore_tiled
@@ -283,6 +291,8 @@ class ESDNet(RestorationModel):
         the 1/32-scale branches exceeds the halo; docs/models/demoire.md gives the gap."""
         return shared_stats_tiled(
             self.restore,
+            self.full_resolution,
+            self.pad_reference,
             pool_sites(self),
             x,
             tile=tile,

@@ -71,9 +71,15 @@ def sharing(sites: Sequence[GlobalPool], vectors: Sequence[torch.Tensor]) -> Ite
             site.shared = None
 
 
+Padder = Callable[[torch.Tensor], tuple[torch.Tensor, tuple[int, int]]]
+"""The model's own padding: (the padded image, (top, left) of the image inside it)."""
+
+
 @torch.no_grad()
 def shared_stats_tiled(
     restore: Callable[[torch.Tensor], torch.Tensor],
+    net: Callable[[torch.Tensor], torch.Tensor],
+    pad: Padder,
     sites: Sequence[GlobalPool],
     x: torch.Tensor,
     *,
@@ -84,13 +90,34 @@ def shared_stats_tiled(
     multiple: int,
     progress: Progress | None = None,
 ) -> torch.Tensor:
-    """`restore(x)` in overlapping tiles that all use the whole image's pooled vectors
-    (from one untiled pass, on an antialiased downscale when `x` has more than
-    `stats_pixels` pixels; each side stays at least `multiple`)."""
+    """`restore(x)` in overlapping tiles that all use the whole image's pooled vectors.
+
+    The vectors come from one `restore` of the whole image (an antialiased downscale when
+    it has more than `stats_pixels` pixels). The image is then padded as the model pads it
+    (`pad`) and `net` (the network on sizes that are multiples of `multiple`) runs on tiles
+    cut on that grid: every tile sees the sampling phases of the untiled run (space-to-depth,
+    strided convs, resizes), so tiles differ from it only where the convolutions reach
+    further than the halo. `tile`, `halo` and `blend` are rounded up to the grid.
+    """
     small = downscale_to_pixels(x, stats_pixels, multiple)
     with recording(sites) as records:
         restore(small)
     if any(len(r) != 1 for r in records):
         raise RuntimeError("a pooling site ran other than once per forward")
+    padded, (top, left) = pad(x)
+    m = multiple
+
+    def on_cells(cells: torch.Tensor) -> torch.Tensor:
+        return F.pixel_unshuffle(net(F.pixel_shuffle(cells, m)), m)
+
     with sharing(sites, [r[0] for r in records]):
-        return tiled_apply(restore, x, tile=tile, halo=halo, blend=blend, progress=progress)
+        cells = tiled_apply(
+            on_cells,
+            F.pixel_unshuffle(padded, m),
+            tile=max(1, -(-tile // m)),
+            halo=-(-halo // m),
+            blend=-(-blend // m),
+            progress=progress,
+        )
+    h, w = x.shape[-2:]
+    return F.pixel_shuffle(cells, m)[..., top : top + h, left : left + w]

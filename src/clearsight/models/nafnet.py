@@ -148,10 +148,15 @@ class NAFNet(RestorationModel):
             self.decoders.append(_blocks(c, n))
         self.size_multiple = 2 ** len(enc_blocks)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def pad_zeros(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
+        """The official padding: zeros on the bottom and right to multiples of 2^levels."""
         h, w = x.shape[-2:]
         m = self.size_multiple
-        inp = F.pad(x, (0, (m - w % m) % m, 0, (m - h % m) % m))
+        return F.pad(x, (0, (m - w % m) % m, 0, (m - h % m) % m)), (0, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        inp = self.pad_zeros(x)[0]
         f = self.intro(inp)
         skips = []
         for encoder, down in zip(self.encoders, self.downs, strict=True):
@@ -182,6 +187,8 @@ class NAFNet(RestorationModel):
         its coarsest level exceeds the halo; docs/models/derain.md gives the measured gap."""
         return shared_stats_tiled(
             self,
+            self,
+            self.pad_zeros,
             pool_sites(self),
             x,
             tile=tile,
