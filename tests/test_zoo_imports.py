@@ -155,17 +155,18 @@ def test_ray_engine_with_an_imported_model(imported, tmp_path) -> None:
         assert (out / name).read_bytes() == (local / name).read_bytes()
 
 
-@pytest.mark.parametrize("arch", ["nafnet", "esdnet"])
-def test_tiles_share_the_pooled_vectors_and_stay_close(imported, arch) -> None:
-    """Tiled (with the whole image's pooled vectors) against untiled at 160x224: the gap
-    is the convolutions' reach beyond the halo only, small at 8 bits."""
+@pytest.mark.parametrize(("arch", "bound"), [("nafnet", 1e-5), ("esdnet", 1e-3)])
+def test_tiles_share_the_pooled_vectors_and_stay_close(imported, arch, bound) -> None:
+    """Tiled (cut on the padding grid, with the whole image's pooled vectors) against
+    untiled at 160x224: the tiny NAFNet's reach is inside the 64 px halo, so its tiles are
+    exact to float precision; ESDNet's 1/32-scale branches reach beyond it."""
     model = load_artifact(imported[arch]).model
     x = torch.rand(1, 3, 160, 224, generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         whole = model.final_output(x)
         tiled = model.restore_tiled(x, tile=96)
     assert tiled.shape == whole.shape
-    assert (tiled - whole).abs().max().item() < 2 / 255
+    assert (tiled - whole).abs().max().item() <= bound
 
 
 def test_the_engine_tiles_large_images_through_the_models_path(imported) -> None:
