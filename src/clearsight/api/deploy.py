@@ -149,7 +149,7 @@ def import_torch(
     `hf://OWNER/REPO/FILE[@REVISION]`) as a clearsight artifact at `out`, with a model card
     stub. Read weights-only (a pickle that would run code is refused); the architecture's
     arguments come from the tensor shapes, or `args` (a dict or JSON text). Raises
-    `ClearsightError` for a bad file, name or shape (docs/models/index.md)."""
+    `ClearsightError` for a bad file, name or shape (docs/models/derain.md)."""
     from clearsight.convert.torch_import import import_torch as run_import
     from clearsight.convert.torch_import import parse_args_json
     from clearsight.out_paths import check_output_file, check_output_folder
