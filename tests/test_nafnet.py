@@ -143,6 +143,13 @@ def test_cli_import_torch(tmp_path: Path) -> None:
         app, ["import", "torch", str(weights), "--arch", "rescan", "-o", str(tmp_path / "b")]
     )
     assert bad.exit_code == 1 and "no PyTorch importer" in bad.output
+    json_bad = CliRunner().invoke(
+        app,
+        ["import", "torch", str(weights), "--arch", "nafnet", "--args", "{width: 8",
+         "-o", str(tmp_path / "c")],
+    )  # fmt: skip
+    lines = [ln for ln in json_bad.output.splitlines() if ln.strip()]
+    assert json_bad.exit_code == 1 and len(lines) == 1 and "--args: not JSON" in lines[0]
 
 
 def test_untrusted_block_lists_are_refused_before_building() -> None:
