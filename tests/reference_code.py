@@ -15,6 +15,7 @@ for a logger the network never calls).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import math
 import os
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -127,18 +129,24 @@ def reference_esdnet(**kwargs: object) -> nn.Module:
     return net
 
 
-def reference_esdnet_test(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """UHDM's test procedure on `x` (model/model.py `test_model_fn`): pad with the
-    authors' `img_pad` (utils/common.py: the training mean colour, centred, to multiples of
-    32), run, keep the full-resolution output and crop it as the test does."""
+@functools.cache
+def _reference_img_pad() -> Any:
+    """UHDM's `img_pad` (utils/common.py), loaded once."""
     (src,) = _sources("UHDM", ["utils/common.py"])
     saved = _stub_packages(["cv2", "thop"])
     sys.modules["thop"].profile = sys.modules["thop"].clever_format = None  # type: ignore[attr-defined]
     name = "uhdm_reference_common"
     try:
-        img_pad = _module(name, src, "utils/common.py").img_pad
+        return _module(name, src, "utils/common.py").img_pad
     finally:
         _restore(saved, [name])
+
+
+def reference_esdnet_test(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """UHDM's test procedure on `x` (model/model.py `test_model_fn`): pad with the
+    authors' `img_pad` (utils/common.py: the training mean colour, centred, to multiples of
+    32), run, keep the full-resolution output and crop it as the test does."""
+    img_pad = _reference_img_pad()
     _, _, h, w = x.shape
     w_pad = (math.ceil(w / 32) * 32 - w) // 2
     h_pad = (math.ceil(h / 32) * 32 - h) // 2

@@ -228,6 +228,7 @@ class ESDNet(RestorationModel):
     """ESDNet on [B,3,H,W] RGB in [0, 1]; `restore` takes any size (the authors' pad)."""
 
     tiling = TilingLimits(default_tile=DEFAULT_TILE, max_untiled_pixels=MAX_UNTILED_PIXELS)
+    prefers_channels_last = True  # oneDNN convolutions NHWC: CPU time 1.14x less (256x256)
 
     def __init__(
         self,
