@@ -59,10 +59,16 @@ def _row(name: str, ref_fn, ours_fn, runs: int) -> str:
     )
 
 
+def _input(size: str) -> torch.Tensor:
+    """A random image of `size` ("N" for NxN, or "WxH")."""
+    w, _, h = size.partition("x")
+    return torch.rand(1, 3, int(h or w), int(w))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--nafnet", type=int, nargs="*", default=[512])
-    parser.add_argument("--esdnet", type=int, nargs="*", default=[512])
+    parser.add_argument("--nafnet", nargs="*", default=["512"], help="sizes: N or WxH")
+    parser.add_argument("--esdnet", nargs="*", default=["512"], help="sizes: N or WxH")
     parser.add_argument("--runs", type=int, default=3)
     ns = parser.parse_args()
     print(f"threads {torch.get_num_threads()}, torch {torch.__version__}")
@@ -83,10 +89,10 @@ def main() -> None:
             import_torch(Path(tmp) / "n.pth", "nafnet", Path(tmp) / "nafnet")
             ours = Restorer.from_pretrained(str(Path(tmp) / "nafnet"))
             for size in ns.nafnet:
-                x = torch.rand(1, 3, size, size)
+                x = _input(size)
                 print(
                     _row(
-                        f"NAFNet {size}x{size}",
+                        f"NAFNet {size}",
                         lambda x=x: ref(x),
                         lambda x=x: ours.restore(x),
                         ns.runs,
@@ -104,10 +110,10 @@ def main() -> None:
             import_torch(Path(tmp) / "e.pth", "esdnet", Path(tmp) / "esdnet")
             ours = Restorer.from_pretrained(str(Path(tmp) / "esdnet"))
             for size in ns.esdnet:
-                x = torch.rand(1, 3, size, size)
+                x = _input(size)
                 print(
                     _row(
-                        f"ESDNet {size}x{size}",
+                        f"ESDNet {size}",
                         lambda x=x: reference_esdnet_test(ref, x),
                         lambda x=x: ours.restore(x),
                         ns.runs,
