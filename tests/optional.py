@@ -20,6 +20,7 @@ EXTRA_OF: dict[str, str] = {
     "paddle": "paddle",
     "x2paddle": "paddle",
     "mkdocs": "docs",
+    "huggingface_hub": "hub",
     "httpx": "test",
     "playwright": "test",
     "ai_edge_litert": "test",

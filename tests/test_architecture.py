@@ -38,6 +38,7 @@ RANKS: dict[str, int] = {
     "out_paths": 0,
     "losses": 0,
     "io": 1,
+    "hub": 1,  # hf:// references through huggingface_hub
     "models": 1,
     "metrics": 2,
     "measure": 2,

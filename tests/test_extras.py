@@ -23,6 +23,7 @@ DISTRIBUTION = {
     "paddle": "paddlepaddle",
     "x2paddle": "x2paddle",
     "mkdocs": "mkdocs",
+    "huggingface_hub": "huggingface-hub",
     "httpx": "httpx",
     "playwright": "playwright",
     "ai_edge_litert": "ai-edge-litert",

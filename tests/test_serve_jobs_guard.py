@@ -13,7 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-pytest.importorskip("fastapi")
+from tests.optional import need
+
+need("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from clearsight.serve import ServeLimits, create_app  # noqa: E402

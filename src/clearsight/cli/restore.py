@@ -487,6 +487,15 @@ def demoire_cmd(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("demoired"),
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Default: default-demoire (mbcnn-light); any demoiréing artifact, e.g. an "
+            "imported ESDNet (`clearsight import torch`), runs on images and videos.",
+        ),
+    ] = None,
     tile: TileOpt = None,
     tta: TtaOpt = "none",
     scales: ScalesOpt = "1.0",
@@ -511,9 +520,11 @@ def demoire_cmd(
     frames_out: FramesOutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
+    """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)
+    or the one given with --model."""
     restore_images(
-        inputs, out, model=DEFAULT_DEMOIRE, bundled="MBCNN", what="demoiréing",
+        inputs, out, model=model or DEFAULT_DEMOIRE, bundled=None if model else "MBCNN",
+        what="demoiréing",
         verb="demoiréd", engine=engine, max_pixels=max_pixels, skip_existing=skip_existing,
         fail_fast=fail_fast, verbose=verbose, address=address, workers=workers,
         batch_size=batch_size, tile=tile, ensemble=tta, scales=scales, device=device,
