@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import warnings
 
 import pytest
 import torch
@@ -121,3 +122,37 @@ def test_cli_default_is_auto_and_help_and_docs_say_so():
     # the options guide holds what README's command table said (moved there from README)
     guide = (REPO_ROOT / "docs" / "guides" / "options.md").read_text(encoding="utf-8")
     assert "--backend auto" in guide and "restore_speed.py --write-table" in guide
+
+
+def test_onnxruntime_by_name_warns_where_torch_was_measured_faster(tmp_path, monkeypatch):
+    from clearsight.engine.backend_table import SlowerBackendWarning, slower_than_torch
+    from clearsight.export.onnx import to_onnxruntime
+
+    path = tmp_path / "table.json"
+    slow = {
+        "cpu": "test CPU",
+        "architectures": {"rescan": {"64": {"torch": 1.0, "onnxruntime": 2.4}}},
+    }
+    path.write_text(json.dumps(slow))
+    monkeypatch.setattr(backend_table, "TABLE_PATH", path)
+    why = slower_than_torch("rescan", 40, 48)
+    assert why is not None and "2.4x slower than torch near 64x64" in why and "test CPU" in why
+    assert slower_than_torch("rescan", 40, 48, margin=3.0) is None  # within the margin
+    assert slower_than_torch("mbcnn", 40, 48) is None  # nothing measured
+
+    x = torch.rand(1, 3, 40, 48, generator=torch.Generator().manual_seed(0))
+    ort = Restorer(to_onnxruntime(_tiny_rescan()), InferenceOptions(backend="onnxruntime"))
+    with pytest.warns(SlowerBackendWarning, match="2.4x slower than torch"):
+        ort.restore(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowerBackendWarning)
+        ort.restore(x)  # said once, not once per image
+
+        # auto never warns: it runs torch here, and ONNX Runtime only where it is faster
+        Restorer(_tiny_rescan(), InferenceOptions(backend="auto")).restore(x)
+        fast = {"architectures": {"rescan": {"64": {"torch": 2.0, "onnxruntime": 1.0}}}}
+        path.write_text(json.dumps(fast))
+        auto = Restorer(_tiny_rescan(), InferenceOptions(backend="auto"))
+        auto.restore(x)
+        assert auto.last_backend.backend == "onnxruntime"
+        Restorer(to_onnxruntime(_tiny_rescan()), InferenceOptions(backend="onnxruntime")).restore(x)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -29,7 +30,7 @@ from clearsight.defaults import (
     DEFAULT_TILE,
     MIN_TILE,
 )
-from clearsight.engine.backend_table import BackendChoice
+from clearsight.engine.backend_table import BackendChoice, SlowerBackendWarning, slower_than_torch
 from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
@@ -294,6 +295,10 @@ class Restorer:
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
         self._ort_delegate: Restorer | None = None
+        self._slower_said: set[str] = set()
+        self.warn_if_slower = self.loaded.on_onnxruntime
+        """Warn when ONNX Runtime runs this model where torch was measured clearly faster
+        (`_warn_if_slower`); off for the Restorer `backend="auto"` chose it for."""
         self.last_backend: BackendChoice | None = None
         """What `backend="auto"` ran the last `restore` with, and why; None otherwise."""
 
@@ -450,7 +455,21 @@ class Restorer:
 
             opts = replace(self.options, backend="onnxruntime")
             self._ort_delegate = Restorer(to_onnxruntime(self.loaded, opts.device), opts)
+            self._ort_delegate.warn_if_slower = False  # chosen because it is faster here
         return self._ort_delegate
+
+    def _warn_if_slower(self, height: int, width: int) -> None:
+        """A `SlowerBackendWarning`, once per reason, when this model runs on ONNX Runtime
+        fp32 at a size where the shipped table measured torch clearly faster (RESCAN at
+        1024x1024: its tiles and whole-image statistics pass compute 1.6x the pixels)."""
+        info = getattr(self.model, "export_info", {})
+        if not self.warn_if_slower or str(info.get("precision", "fp32")) != "fp32":
+            return
+        why = slower_than_torch(self.loaded.config.architecture, height, width)
+        if why is not None and why not in self._slower_said:
+            self._slower_said.add(why)
+            _log.info("%s", why)
+            warnings.warn(f"{self.loaded.source}: {why}", SlowerBackendWarning, stacklevel=3)
 
     # -- public -------------------------------------------------------------------------
     @torch.inference_mode()
@@ -464,6 +483,7 @@ class Restorer:
                 y = delegate.restore(rgb01, progress)
                 self.last_stages_used = delegate.last_stages_used
                 return y
+        self._warn_if_slower(int(rgb01.shape[-2]), int(rgb01.shape[-1]))
         x = self.spec.to_model(rgb01.to(self.options.device, torch.float32))
         self._stage_calls = []
         views = ENSEMBLE_VIEWS[self.options.ensemble]
