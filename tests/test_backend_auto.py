@@ -156,3 +156,33 @@ def test_onnxruntime_by_name_warns_where_torch_was_measured_faster(tmp_path, mon
         auto.restore(x)
         assert auto.last_backend.backend == "onnxruntime"
         Restorer(to_onnxruntime(_tiny_rescan()), InferenceOptions(backend="onnxruntime")).restore(x)
+
+
+def _conv_graph(into_split: bool):
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(torch.rand(6, 2, 3, 3).numpy(), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])]
+    if into_split:  # RESCAN's fused gates: one conv, then its channels split three ways
+        nodes.append(helper.make_node("Split", ["c"], ["a", "b", "y"], axis=1, num_outputs=3))
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])
+    else:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8, 8])
+    graph = helper.make_graph(nodes, "g", [x], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_nchwc_pass_is_left_out_where_convolutions_feed_splits():
+    from clearsight.runtime.ort_backend import NCHWC, _disabled_passes, blocked_layout_pays
+
+    assert not blocked_layout_pays(_conv_graph(True).graph)
+    assert blocked_layout_pays(_conv_graph(False).graph)
+    assert _disabled_passes(_conv_graph(True).SerializeToString()) == [NCHWC]
+    assert _disabled_passes(b"not onnx") == []  # the session says what is wrong with it
+
+    from clearsight.export.onnx import to_onnxruntime
+
+    ort = to_onnxruntime(_tiny_rescan()).model  # exported, parity-checked (1e-4) as it runs
+    assert _disabled_passes(ort.model_data) == [NCHWC]
