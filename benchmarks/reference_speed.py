@@ -11,10 +11,11 @@ difference between the two outputs (fp32 on both sides, so it should be float ro
 
 Rows (`ROWS`; another port adds its own `Row` builder there):
 
-* `rescan`: the official RESCAN code (`../shared/peers/rescan_official`, unchanged, with
-  default-derain's weights loaded into it, `x - model(x)[-1]`) against `Restorer` on
-  default-derain with the command line's default, `--backend auto` (torch for RESCAN:
-  untiled up to 512x512, exact layer-synchronous tiles above). Square sizes from `--sizes`.
+* `rescan`: the official RESCAN code (`../shared/peers/rescan_official` or
+  `$CLEARSIGHT_RESCAN_SOURCE`, unchanged, with default-derain's weights loaded into it,
+  `x - model(x)[-1]`) against `Restorer` on default-derain with the command line's default,
+  `--backend auto` (torch for RESCAN: untiled up to 512x512, exact layer-synchronous tiles
+  above). Square sizes from `--sizes`.
 * `s2vd`: the official S2VD network (`networks/derain_net.py` of github.com/zsyOAOA/S2VD,
   with its released `model_states/derainer_rho05.pt`; folder from `CLEARSIGHT_S2VD_SOURCE`,
   default `/work/data/s2vd`, as the tests) run window by window as its
