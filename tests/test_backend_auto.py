@@ -186,3 +186,30 @@ def test_nchwc_pass_is_left_out_where_convolutions_feed_splits():
 
     ort = to_onnxruntime(_tiny_rescan()).model  # exported, parity-checked (1e-4) as it runs
     assert _disabled_passes(ort.model_data) == [NCHWC]
+
+
+def test_restore_cli_prints_the_slower_backend_warning(tmp_path, monkeypatch):
+    import numpy as np
+    from PIL import Image
+
+    from clearsight.artifact import save_artifact
+
+    path = tmp_path / "table.json"
+    slow = {
+        "cpu": "test CPU",
+        "architectures": {"rescan": {"32": {"torch": 1.0, "onnxruntime": 2.5}}},
+    }
+    path.write_text(json.dumps(slow))
+    monkeypatch.setattr(backend_table, "TABLE_PATH", path)
+    lm = _tiny_rescan()
+    model_dir = save_artifact(lm.model, tmp_path / "model", lm.config)
+    img = tmp_path / "in" / "a.png"
+    img.parent.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 28, 3), np.uint8)).save(img)
+    args = ["restore", str(img), "--model", str(model_dir), "-o", str(tmp_path / "out")]
+    r = CliRunner().invoke(app, [*args, "--backend", "onnxruntime"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "warning:" in text and "2.5x slower than torch near 32x32" in text
+    r = CliRunner().invoke(app, [*args, "--backend", "auto", "--overwrite"])
+    assert r.exit_code == 0 and "slower than torch" not in r.output, r.output
