@@ -134,7 +134,7 @@ def slower_than_torch(
     return (
         f"onnxruntime runs {architecture} {ort / pt:.1f}x slower than torch near "
         f"{side}x{side} ({ort:.1f} s against {pt:.1f} s, {measured_on(cpu)}); "
-        "--backend auto (or torch) runs the faster one"
+        "the PyTorch model with --backend auto (or torch) runs the faster one"
     )
 
 
