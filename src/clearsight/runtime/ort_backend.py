@@ -33,7 +33,13 @@ image size (RESCAN at 1024x1024: 1.6 GB tiled against 3.9 GB untiled; ORT keeps 
 statistics pass's arena although each derived run asks it to shrink). Tiling costs time:
 the halo (RESCAN at 1024x1024 with 512-pixel tiles computes 1.35x the pixels) plus the
 statistics pass. A file exported before `shared_stats` existed still runs such models
-untiled, with an `UntiledWarning`.
+untiled, with an `UntiledWarning`. Tiles of one image keep the arena between them; the last
+hands it back.
+
+Sessions leave out ONNX Runtime's NCHWc layout pass where most convolutions feed a `Split`
+(RESCAN's fused GRU gates), which would put a reorder after each (`blocked_layout_pays`).
+Even so, RESCAN's tiles make ONNX Runtime fp32 slower than torch at 1024x1024: the
+`Restorer` warns where it was asked for by name (docs/export.md).
 """
 
 from __future__ import annotations
