@@ -40,6 +40,8 @@ from clearsight.tiling import Progress, tiled_apply
 from clearsight.zoo import PRECISIONS
 
 _log = logging.getLogger(__name__)
+_SLOWER_SAID: set[str] = set()
+"""The `SlowerBackendWarning`s already given in this process."""
 Ensemble = Literal["none", "flip", "x8"]
 AUTO = "auto"
 BACKEND_OPTIONS = (AUTO, *BACKENDS)
@@ -295,7 +297,6 @@ class Restorer:
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
         self._ort_delegate: Restorer | None = None
-        self._slower_said: set[str] = set()
         self.warn_if_slower = self.loaded.on_onnxruntime
         """Warn when ONNX Runtime runs this model where torch was measured clearly faster
         (`_warn_if_slower`); off for the Restorer `backend="auto"` chose it for."""
@@ -459,17 +460,19 @@ class Restorer:
         return self._ort_delegate
 
     def _warn_if_slower(self, height: int, width: int) -> None:
-        """A `SlowerBackendWarning`, once per reason, when this model runs on ONNX Runtime
-        fp32 at a size where the shipped table measured torch clearly faster (RESCAN at
-        1024x1024: its tiles and whole-image statistics pass compute 1.6x the pixels)."""
+        """A `SlowerBackendWarning`, once per model and reason in a process (a server builds
+        a Restorer per request), when this model runs on ONNX Runtime fp32 at a size where
+        the shipped table measured torch clearly faster (RESCAN at 1024x1024: its tiles and
+        whole-image statistics pass compute 1.6x the pixels)."""
         info = getattr(self.model, "export_info", {})
         if not self.warn_if_slower or str(info.get("precision", "fp32")) != "fp32":
             return
         why = slower_than_torch(self.loaded.config.architecture, height, width)
-        if why is not None and why not in self._slower_said:
-            self._slower_said.add(why)
-            _log.info("%s", why)
-            warnings.warn(f"{self.loaded.source}: {why}", SlowerBackendWarning, stacklevel=3)
+        said = f"{self.loaded.source}: {why}"
+        if why is not None and said not in _SLOWER_SAID:
+            _SLOWER_SAID.add(said)
+            _log.info("%s", said)
+            warnings.warn(said, SlowerBackendWarning, stacklevel=3)
 
     # -- public -------------------------------------------------------------------------
     @torch.inference_mode()
