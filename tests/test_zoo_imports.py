@@ -256,6 +256,7 @@ def test_hf_artifact_as_model_offline(offline_hub, imported, tmp_path) -> None:
 )  # fmt: skip
 def test_hf_missing_is_one_line(offline_hub, tmp_path, monkeypatch, args, words) -> None:
     monkeypatch.chdir(tmp_path)
+    write_image(tmp_path / "a.png", np.zeros((8, 8, 3), np.uint8))  # inputs are checked first
     res = runner.invoke(app, args)
     assert res.exit_code == 1, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
