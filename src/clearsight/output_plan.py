@@ -275,18 +275,57 @@ def finished(video: VideoOutput) -> bool:
     return done and (video.frames is None or video.frames.is_dir())
 
 
+FIXED_OUTPUTS = ("per_image.csv", "per_frame.csv", "summary.json", "report.html")
+"""The files `eval` may write in its --out folder."""
+
+READ_SUFFIXES = (*VIDEO_SUFFIXES, ".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp",
+                 ".json")  # fmt: skip
+"""Files of a data set a run reads: images, videos and COCO annotations."""
+
+
 def plan_fixed_outputs(
-    out: str | os.PathLike[str] | None, report: str | os.PathLike[str] | None = None
+    out: str | os.PathLike[str] | None,
+    report: str | os.PathLike[str] | None = None,
+    *,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    files: Sequence[str] = FIXED_OUTPUTS,
+    report_files: Sequence[str | os.PathLike[str]] = (),
 ) -> None:
-    """The plan of a run whose outputs have fixed names (`eval`: `per_image.csv`,
-    `summary.json` in `out`, the `report` page): both paths checked before any work, and
-    the leftovers of killed runs swept from their folders, as a folder run's are."""
+    """The plan of a run whose outputs have fixed names (`eval`: `files` in `out`, the
+    `report` page and `report_files` beside it): every path checked before any work, none
+    an input (`_check_not_read`), and the leftovers of killed runs swept from their
+    folders, as a folder run's are."""
     from clearsight.atomic import sweep_leftovers
 
     folders: list[Path] = []
+    written: list[tuple[str, Path]] = []
     if out is not None:
         folders.append(check_output_folder(out, "--out"))
+        written += [("--out", Path(out) / name) for name in files]
     if report is not None:
         folders.append(check_output_file(report, "--report").parent)
+        written += [("--report", Path(report)), *(("--report", Path(f)) for f in report_files)]
+    _check_not_read(written, [Path(i) for i in inputs])
     for folder in folders:
         sweep_leftovers(folder)
+
+
+def _check_not_read(written: Sequence[tuple[str, Path]], inputs: Sequence[Path]) -> None:
+    """No output of a fixed-name run is a file it reads: not an input given as a file, nor
+    an image, video or annotations file inside an input folder (a report named after a clean
+    image used to replace it with HTML). An output that is not such a file (a report page
+    beside the set, rewritten by a rerun) is fine."""
+    resolved = _Keys()
+    given = {resolved(p): p for p in inputs if p.exists()}
+    folders = [(k, p) for k, p in given.items() if p.is_dir()]
+    for option, path in written:
+        key = resolved(path)
+        if key in given and not given[key].is_dir():
+            raise OutputClashError(f"{option}: {path} is an input; choose another path")
+        if not Path(key).is_file() or Path(key).suffix.lower() not in READ_SUFFIXES:
+            continue
+        for home, folder in folders:
+            if _inside(key, home):
+                raise OutputClashError(
+                    f"{option}: {path} is a file of the input {folder}; choose another path"
+                )
