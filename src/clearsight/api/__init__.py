@@ -94,6 +94,7 @@ _LAZY: dict[str, str] = {
     "Restorer": "clearsight.engine.inference:Restorer",
     "InferenceOptions": "clearsight.engine.inference:InferenceOptions",
     "Detector": "clearsight.engine.detector:Detector",
+    "check_detector_options": "clearsight.engine.detector:check_detector_options",
     "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
     "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
     "FailuresCsvError": "clearsight.runtime.failures:FailuresCsvError",
@@ -108,7 +109,7 @@ _LAZY: dict[str, str] = {
 if TYPE_CHECKING:
     from clearsight.engine.compare import Comparison
     from clearsight.engine.detect_train import OVERFIT_AP
-    from clearsight.engine.detector import Detector
+    from clearsight.engine.detector import Detector, check_detector_options
     from clearsight.engine.evaluate import EvalResult
     from clearsight.engine.inference import InferenceOptions, Restorer
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
@@ -148,6 +149,7 @@ __all__ = [
     "benchmark",
     "change_input_size",
     "check_data",
+    "check_detector_options",
     "check_engine",
     "check_max_pixels",
     "check_output_file",

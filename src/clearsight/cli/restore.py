@@ -96,6 +96,9 @@ def restore_images(
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
+    if isinstance(options.get("scales"), str):
+        options["scales"] = api.parse_scales(options["scales"])
+    api.InferenceOptions(**options)  # checked once, for videos as for images
     video = dict(video or {})
     api.check_video_options(
         **{k: video.get(k) for k in CHECKED_VIDEO_OPTIONS},
