@@ -152,13 +152,13 @@ def plan_run(
         from clearsight.runtime.batch import plan_outputs
 
         plan.image_outputs = plan_outputs([Path(i) for i in media.images], out_dir)
-    planned: set[str] = set()
+    planned: set[tuple[str, Path]] = set()
     for source, stem in stems:
-        same = os.path.realpath(source)  # a video given twice (itself and its folder): once
+        target = video_output(stem, source, keep_container)
+        same = (os.path.realpath(source), target)  # given twice (itself and its folder): once
         if same in planned:
             continue
         planned.add(same)
-        target = video_output(stem, source, keep_container)
         extra = tuple(stem.with_name(stem.name + s) for s in sidecars)
         frames = None
         if frames_dir is not None:
