@@ -56,8 +56,8 @@ class MediaPlan:
 
 def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> MediaPlan:
     """Videos apart from images: a video file given goes to `OUT/<stem>`, a video inside a
-    folder to `OUT/<its path inside the folder>` (as images do); a folder stays an image
-    input when it holds images."""
+    folder (or a video-named link there that leads nowhere) to `OUT/<its path inside the
+    folder>` (as images do); a folder stays an image input when it holds images."""
     from clearsight.errors import ImageReadError
     from clearsight.io import list_images
 
@@ -74,13 +74,20 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         if p.is_file() and is_video(p):
             plan.videos.append((p, root / p.stem))
         elif p.is_dir():
-            found = sorted(v for v in p.rglob("*") if v.is_file() and is_video(v))
+            found = sorted(v for v in p.rglob("*") if is_video(v) and _file_or_broken_link(v))
             plan.videos += [(v, root / v.relative_to(p).with_suffix("")) for v in found]
             if not found or has_images(p):
                 plan.images.append(str(item))
         else:
             plan.images.append(str(item))
     return plan
+
+
+def _file_or_broken_link(path: Path) -> bool:
+    """A file, or a link that loops or leads nowhere: the user put it there, so the run
+    lists it as a failed input (as a folder's broken image links are) rather than passing
+    over it without a word."""
+    return path.is_file() or (path.is_symlink() and not path.exists())
 
 
 @dataclass(frozen=True)
