@@ -1,0 +1,235 @@
+"""A fresh hostile probe of the output and option guarantees (docs/reliability.md, "What a
+run writes", "Option bounds"): each case failed before its fix. Nothing the run did not
+write is touched, every option is checked once before any work whatever the input kind,
+and every error is one line naming what the user gave."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from clearsight.cli import app
+from clearsight.io import write_image
+from tests.video_utils import decoded_frames, frame_image, make_video
+
+runner = CliRunner()
+
+
+def _video(path: Path, n: int = 3) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_video(path, w=32, h=24, n=n, audio=None)
+    return path
+
+
+def _image(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_image(path, frame_image(1, 16, 16))
+    return path
+
+
+def _run(*args: str | Path) -> object:
+    return runner.invoke(app, list(map(str, args)))
+
+
+def _one_error(res: object, *needles: str) -> str:
+    """Exit 1, one `error:` line holding each needle, no internal error, no traceback."""
+    out = res.output  # type: ignore[attr-defined]
+    assert res.exit_code == 1, out  # type: ignore[attr-defined]
+    assert "internal error" not in out and "Traceback" not in out, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, out
+    for needle in needles:
+        assert needle in lines[0], out
+    return lines[0]
+
+
+# --- eval: an output never overwrites an input -------------------------------------------
+
+
+def test_eval_report_onto_a_clean_image_of_the_set_is_refused_and_the_image_kept(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "pairs"
+    _image(data / "rain" / "a.png")
+    clean = _image(data / "clean" / "a.png")
+    before = clean.read_bytes()
+    res = _run("eval", "-m", "identity", "-d", data, "--report", clean)
+    _one_error(res, "--report", str(clean))
+    assert clean.read_bytes() == before
+
+
+def test_eval_video_report_onto_the_clean_video_is_refused_and_the_video_kept(
+    tmp_path: Path,
+) -> None:
+    src = _video(tmp_path / "in.mp4")
+    clean = _video(tmp_path / "clean.mp4")
+    before = clean.read_bytes()
+    res = _run("eval", "--video", "-m", "identity", "-d", src, "--clean", clean,
+               "-o", tmp_path / "scores", "--report", clean)  # fmt: skip
+    _one_error(res, "--report", "clean.mp4")
+    assert clean.read_bytes() == before
+    assert not (tmp_path / "scores").exists()
+
+
+def test_eval_video_report_players_never_overwrite_an_input(tmp_path: Path) -> None:
+    """The report's clips are written beside it as <page>-input.mp4 and -restored.mp4."""
+    src = _video(tmp_path / "page-input.mp4")
+    clean = _video(tmp_path / "clean.mp4")
+    before = src.read_bytes()
+    res = _run("eval", "--video", "-m", "identity", "-d", src, "--clean", clean,
+               "--report", tmp_path / "page.html")  # fmt: skip
+    _one_error(res, "page-input.mp4")
+    assert src.read_bytes() == before
+
+
+def test_eval_report_beside_the_set_still_works(tmp_path: Path) -> None:
+    data = tmp_path / "pairs"
+    _image(data / "rain" / "a.png")
+    _image(data / "clean" / "a.png")
+    for _ in range(2):  # a rerun replaces its own report
+        res = _run("eval", "-m", "identity", "-d", data, "--report", data / "report.html")
+        assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert (data / "report.html").read_text(encoding="utf-8").startswith("<!")
+
+
+# --- every inference option is checked once, before any work, for videos too --------------
+
+
+@pytest.mark.parametrize(
+    ("option", "flag"),
+    [
+        (("--tile", "7"), "--tile"),
+        (("--device", "cuda:7"), "--device"),
+        (("--tta", "bogus"), "--tta"),
+        (("--scales", "9"), "--scales"),
+        (("--backend", "nope"), "--backend"),
+        (("--stages", "0"), "--stages"),
+    ],
+)
+def test_restore_checks_inference_options_before_any_video_work(
+    tmp_path: Path, option: tuple[str, str], flag: str
+) -> None:
+    clip = _video(tmp_path / "in" / "a.mp4")
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", clip, "-o", out, *option)
+    _one_error(res, flag)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "flag"),
+    [
+        (("--device", "cuda:3"), "--device"),
+        (("--device", "bogus"), "--device"),
+        (("--backend", "nope"), "--backend"),
+        (("--precision", "int4"), "--precision"),
+    ],
+)
+def test_detect_checks_device_backend_and_precision_before_any_work(
+    tmp_path: Path, option: tuple[str, str], flag: str
+) -> None:
+    img = _image(tmp_path / "in" / "a.png")
+    clip = _video(tmp_path / "in2" / "b.mp4")
+    for given in (img, clip):
+        out = tmp_path / f"out-{given.stem}"
+        res = _run("detect", given, "-o", out, *option)
+        _one_error(res, flag)
+        assert not out.exists()
+
+
+def test_keep_container_codec_is_checked_once_before_any_work(tmp_path: Path) -> None:
+    """libx264 into a .webm (kept by --keep-container) was one failed input per video."""
+    import av
+
+    webm = tmp_path / "in" / "c.webm"
+    webm.parent.mkdir(parents=True)
+    make_video(webm, w=32, h=24, n=2, audio=None, codec="libvpx-vp9")
+    assert av.open(str(webm)).streams.video[0].codec_context.name in ("vp9", "libvpx-vp9")
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", webm, "-o", out, "--keep-container")
+    _one_error(res, "--codec", "webm")
+    assert not out.exists()
+
+
+# --- one input given twice is planned once, for images as for videos ----------------------
+
+
+def test_an_image_given_twice_is_restored_once_as_a_video_is(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    img = _image(folder / "a.png")
+    clip = _video(folder / "v.mp4")
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", folder, img, clip, "-o", out)
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "v.mp4"]
+
+
+def test_a_link_and_its_target_each_get_their_output(tmp_path: Path) -> None:
+    """Two names for one video write two outputs, as two names for one image do."""
+    clip = _video(tmp_path / "v" / "a.mp4")
+    link = tmp_path / "l" / "link.mp4"
+    link.parent.mkdir()
+    link.symlink_to(clip)
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", link, clip, "-o", out)
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert sorted(p.name for p in out.iterdir()) == ["a.mp4", "link.mp4"]
+
+
+# --- a folder's broken video links are failed inputs, as broken image links are -------------
+
+
+def test_video_links_that_loop_or_dangle_are_listed_as_failed(tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    _video(folder / "good.mp4")
+    (folder / "loop.mp4").symlink_to("loop.mp4")
+    (folder / "dang.mkv").symlink_to("nowhere.mkv")
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", folder, "-o", out)
+    text = res.output  # type: ignore[attr-defined]
+    assert res.exit_code == 3, text  # type: ignore[attr-defined]
+    assert "symbolic link loop" in text and "nowhere.mkv, which does not exist" in text, text
+    csv = (out / "failures.csv").read_text(encoding="utf-8")
+    assert "loop.mp4" in csv and "dang.mkv" in csv
+    assert len(decoded_frames(out / "good.mp4")) == 3
+
+
+# --- errors writing a frames folder name the folder ---------------------------------------
+
+
+def test_a_full_disk_under_frames_out_names_the_frames_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clip = _video(tmp_path / "a.mp4")
+    frames = tmp_path / "frames"
+
+    real = Path.write_bytes
+
+    def full(self: Path, data: bytes) -> int:  # the disk fills at the first frame
+        if self.name == "000001.png":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    res = _run("restore", "-m", "identity", clip, "-o", tmp_path / "out", "--frames-out", frames)
+    text = res.output  # type: ignore[attr-defined]
+    assert res.exit_code == 3, text  # type: ignore[attr-defined]
+    failed = [ln for ln in text.splitlines() if ln.startswith("failed:")]
+    assert len(failed) == 1 and str(frames) in failed[0] and "No space left" in failed[0], text
+    assert ".clearsight-" not in text
+    assert not frames.exists()
+
+
+# --- an encoder that takes no yuv420p gets a pixel format it takes --------------------------
+
+
+def test_codec_png_writes_a_video(tmp_path: Path) -> None:
+    clip = _video(tmp_path / "a.mp4")
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", clip, "-o", out, "--codec", "png")
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert len(decoded_frames(out / "a.mp4")) == 3
