@@ -233,3 +233,16 @@ def test_codec_png_writes_a_video(tmp_path: Path) -> None:
     res = _run("restore", "-m", "identity", clip, "-o", out, "--codec", "png")
     assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
     assert len(decoded_frames(out / "a.mp4")) == 3
+
+
+def test_a_pipe_given_with_a_video_name_is_a_failed_input_as_for_an_image(tmp_path: Path) -> None:
+    """It was read as an image ('not an image file', exit 1); now as a video that is not a
+    regular file, never opened (a pipe would block)."""
+    pipe = tmp_path / "q.mp4"
+    os.mkfifo(pipe)
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", pipe, "-o", out)
+    text = res.output  # type: ignore[attr-defined]
+    assert res.exit_code == 3, text  # type: ignore[attr-defined]
+    assert f"failed: {pipe}: not a regular file" in text, text
+    assert "q.mp4" in (out / "failures.csv").read_text(encoding="utf-8")

@@ -71,7 +71,7 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     root = Path(out)
     for item in inputs:
         p = Path(item)
-        if p.is_file() and is_video(p):
+        if is_video(p) and p.exists() and not p.is_dir():  # a pipe too: failed, not opened
             plan.videos.append((p, root / p.stem))
         elif p.is_dir():
             found = sorted(v for v in p.rglob("*") if is_video(v) and _file_or_broken_link(v))

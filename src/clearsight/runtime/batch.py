@@ -43,6 +43,15 @@ def check_link(path: Path) -> None:
         raise ImageReadError(f"{path}: symbolic link to {target}, which does not exist") from exc
 
 
+def check_video_file(path: Path) -> None:
+    """A video input is a regular file: a link that loops or leads nowhere (`check_link`),
+    or a device or named pipe given with a video's name, is an `ImageReadError` naming it
+    (as an image is refused), never opened (a pipe would block the run)."""
+    check_link(path)
+    if path.exists() and not path.is_file():
+        raise ImageReadError(f"{path}: not a regular file")
+
+
 def plan_outputs(inputs: Sequence[Path], out_dir: Path) -> list[tuple[Path, Path]]:
     """(source, destination) pairs: files land as OUT/name, folder contents as OUT/relative path.
     A file given twice onto one output (itself and its folder) is planned once."""
