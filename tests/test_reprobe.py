@@ -246,3 +246,15 @@ def test_a_pipe_given_with_a_video_name_is_a_failed_input_as_for_an_image(tmp_pa
     assert res.exit_code == 3, text  # type: ignore[attr-defined]
     assert f"failed: {pipe}: not a regular file" in text, text
     assert "q.mp4" in (out / "failures.csv").read_text(encoding="utf-8")
+
+
+def test_a_frames_folder_named_like_a_video_is_read_with_fps(tmp_path: Path) -> None:
+    """A folder is never taken for a pipe: `clip.mp4/` of numbered frames with --fps is
+    one video, OUT/clip.mp4.mp4 (the suffix is added, not swapped)."""
+    folder = tmp_path / "clip.mp4"
+    for i in range(1, 4):
+        _image(folder / f"{i:05d}.png")
+    out = tmp_path / "out"
+    res = _run("restore", "-m", "identity", folder, "--fps", "5", "-o", out)
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert len(decoded_frames(out / "clip.mp4.mp4")) == 3

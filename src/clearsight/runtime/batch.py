@@ -44,11 +44,12 @@ def check_link(path: Path) -> None:
 
 
 def check_video_file(path: Path) -> None:
-    """A video input is a regular file: a link that loops or leads nowhere (`check_link`),
-    or a device or named pipe given with a video's name, is an `ImageReadError` naming it
-    (as an image is refused), never opened (a pipe would block the run)."""
+    """A video input is a regular file (or a folder of numbered frames): a link that loops
+    or leads nowhere (`check_link`), or a device or named pipe given with a video's name,
+    is an `ImageReadError` naming it (as an image is refused), never opened (a pipe would
+    block the run)."""
     check_link(path)
-    if path.exists() and not path.is_file():
+    if path.exists() and not path.is_file() and not path.is_dir():  # a folder: its frames
         raise ImageReadError(f"{path}: not a regular file")
 
 
