@@ -86,14 +86,18 @@ def test_eval_video_report_players_never_overwrite_an_input(tmp_path: Path) -> N
     assert src.read_bytes() == before
 
 
-def test_eval_report_beside_the_set_still_works(tmp_path: Path) -> None:
+def test_eval_outputs_inside_the_set_can_be_rerun(tmp_path: Path) -> None:
+    """A report beside the set and scores in a folder inside it are the run's own files: a
+    rerun replaces them (summary.json is not taken for the set's annotations)."""
     data = tmp_path / "pairs"
     _image(data / "rain" / "a.png")
     _image(data / "clean" / "a.png")
-    for _ in range(2):  # a rerun replaces its own report
-        res = _run("eval", "-m", "identity", "-d", data, "--report", data / "report.html")
+    for _ in range(2):
+        res = _run("eval", "-m", "identity", "-d", data, "--report", data / "report.html",
+                   "-o", data / "clean")  # fmt: skip
         assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
     assert (data / "report.html").read_text(encoding="utf-8").startswith("<!")
+    assert (data / "clean" / "summary.json").is_file()
 
 
 # --- every inference option is checked once, before any work, for videos too --------------

@@ -305,31 +305,34 @@ def plan_fixed_outputs(
     from clearsight.atomic import sweep_leftovers
 
     folders: list[Path] = []
-    written: list[tuple[str, Path]] = []
+    given = [Path(i) for i in inputs]
     if out is not None:
         folders.append(check_output_folder(out, "--out"))
-        written += [("--out", Path(out) / name) for name in files]
+        _check_not_read("--out", [Path(out) / name for name in files], given, named=False)
     if report is not None:
         folders.append(check_output_file(report, "--report").parent)
-        written += [("--report", Path(report)), *(("--report", Path(f)) for f in report_files)]
-    _check_not_read(written, [Path(i) for i in inputs])
+        pages = [Path(report), *map(Path, report_files)]
+        _check_not_read("--report", pages, given, named=True)
     for folder in folders:
         sweep_leftovers(folder)
 
 
-def _check_not_read(written: Sequence[tuple[str, Path]], inputs: Sequence[Path]) -> None:
-    """No output of a fixed-name run is a file it reads: not an input given as a file, nor
-    an image, video or annotations file inside an input folder (a report named after a clean
-    image used to replace it with HTML). An output that is not such a file (a report page
-    beside the set, rewritten by a rerun) is fine."""
+def _check_not_read(
+    option: str, written: Sequence[Path], inputs: Sequence[Path], *, named: bool
+) -> None:
+    """No output of a fixed-name run is a file it reads: not an input given as a file, nor,
+    for paths the user `named` (a report), an image, video or annotations file inside an
+    input folder (a report named after a clean image used to replace it with HTML). The
+    run's own fixed names (`summary.json` in an --out inside the set) and a report page
+    beside the set, rewritten by a rerun, are fine."""
     resolved = _Keys()
     given = {resolved(p): p for p in inputs if p.exists()}
     folders = [(k, p) for k, p in given.items() if p.is_dir()]
-    for option, path in written:
+    for path in written:
         key = resolved(path)
         if key in given and not given[key].is_dir():
             raise OutputClashError(f"{option}: {path} is an input; choose another path")
-        if not Path(key).is_file() or Path(key).suffix.lower() not in READ_SUFFIXES:
+        if not named or not Path(key).is_file() or Path(key).suffix.lower() not in READ_SUFFIXES:
             continue
         for home, folder in folders:
             if _inside(key, home):
