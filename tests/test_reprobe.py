@@ -155,7 +155,9 @@ def test_keep_container_codec_is_checked_once_before_any_work(tmp_path: Path) ->
     assert av.open(str(webm)).streams.video[0].codec_context.name in ("vp9", "libvpx-vp9")
     out = tmp_path / "out"
     res = _run("restore", "-m", "identity", webm, "-o", out, "--keep-container")
-    _one_error(res, "--codec", "webm")
+    line = _one_error(res, "--codec", "webm")
+    advice = line.split("e.g.")[1]  # only encoders a .webm holds
+    assert "libvpx-vp9" in advice and "libx264" not in advice, line
     assert not out.exists()
 
 

@@ -132,14 +132,27 @@ def check_container(codec: str, container: str, hint: str = "", suffix: str = ""
 
     encoder = video_encoder(codec)
     with av.open(io.BytesIO(), "w", format=container) as probe:
-        holds = encoder.canonical_name in probe.supported_codecs
-    if not holds:
+        supported = probe.supported_codecs
+    if encoder.canonical_name not in supported:
+        held = [name for name in EXAMPLE_CODECS if _canonical(name) in supported]
         raise OptionError(
             "codec",
             f"the {suffix or '.' + container} outputs cannot hold {encoder.canonical_name} "
-            f"video ({encoder.name}); choose one they hold, e.g. libx264, libx265, libvpx-vp9"
-            f"{hint}",
+            f"video ({encoder.name}); choose one they hold, e.g. {', '.join(held)}{hint}",
         )
+
+
+EXAMPLE_CODECS = ("libx264", "libx265", "libvpx-vp9", "libsvtav1", "ffv1")
+"""Encoders named in the advice when a container cannot hold the one asked for (those of
+them it holds: a .webm holds no H.264)."""
+
+
+def _canonical(name: str) -> str | None:
+    """The codec an encoder writes (libx264 -> h264), or None where FFmpeg lacks it."""
+    try:
+        return str(video_encoder(name).canonical_name)
+    except OptionError:
+        return None
 
 
 def check_output_containers(codec: str | None, outputs: Iterable[Path]) -> None:
