@@ -264,3 +264,15 @@ def test_a_frames_folder_named_like_a_video_is_read_with_fps(tmp_path: Path) -> 
     res = _run("restore", "-m", "identity", folder, "--fps", "5", "-o", out)
     assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
     assert len(decoded_frames(out / "clip.mp4.mp4")) == 3
+
+
+def test_a_bad_pixel_limit_in_the_environment_stops_detect_on_videos_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It failed each video (exit 3, failures.csv) where images stop at once."""
+    clip = _video(tmp_path / "in" / "a.mp4")
+    out = tmp_path / "out"
+    monkeypatch.setenv("CLEARSIGHT_MAX_PIXELS", "abc")
+    res = _run("detect", clip, "-o", out)
+    _one_error(res, "CLEARSIGHT_MAX_PIXELS")
+    assert not out.exists()

@@ -72,6 +72,7 @@ def detect_cmd(
     on_ray = api.check_engine(engine) == "ray"
     check_unit_interval("score_threshold", score_threshold)
     api.check_detector_options(device, backend, precision)
+    api.check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, once, for videos as for images
     api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, container="mp4")
     plan = api.plan_run(inputs, out, sidecars=(".jsonl",), plan_images=not on_ray)
     if plan.videos and on_ray:
