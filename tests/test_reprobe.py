@@ -276,3 +276,21 @@ def test_a_bad_pixel_limit_in_the_environment_stops_detect_on_videos_before_any_
     res = _run("detect", clip, "-o", out)
     _one_error(res, "CLEARSIGHT_MAX_PIXELS")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [("restore", "failures.csv"), ("detect", "detections.json"), ("detect", "failures.csv")],
+)
+def test_an_input_folder_named_like_a_file_the_run_writes_is_refused_before_any_work(
+    tmp_path: Path, command: str, name: str
+) -> None:
+    """A subfolder `detections.json/` made detect run every image and then stop at
+    `OUT/detections.json is a folder`; the plan now knows the run's own files."""
+    folder = tmp_path / "in"
+    _image(folder / name / "a.png")
+    out = tmp_path / "out"
+    model = ("-m", "identity") if command == "restore" else ()
+    res = _run(command, *model, folder, "-o", out)
+    _one_error(res, str(out / name), "rename the input")
+    assert not out.exists()

@@ -25,6 +25,9 @@ from pathlib import Path
 from clearsight.errors import ClearsightError
 from clearsight.out_paths import check_output_file, check_output_folder
 
+RUN_FILES = ("failures.csv",)
+"""Files a folder run writes in OUT itself (detect adds `detections.json`)."""
+
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 """File names read as videos (any container FFmpeg decodes; these are the usual ones)."""
 
@@ -138,6 +141,7 @@ def plan_run(
     keep_container: bool = False,
     sidecars: Sequence[str] = (),
     plan_images: bool = True,
+    run_files: Sequence[str] = RUN_FILES,
 ) -> RunPlan:
     """The outputs of a run over `inputs` into `out`, checked before any work (module doc).
 
@@ -145,8 +149,10 @@ def plan_run(
     `frames_out`: each video also written as numbered PNGs there (DIR/<name>/ when there are
     several); `keep_container`: a video keeps its container's suffix; `sidecars`: suffixes
     of the files written beside each video (detect: `.jsonl`); `plan_images`: name the image
-    outputs here too (False where another planner lists them: globs and URIs on Ray).
-    Raises `OutputPathError` (a file as `-o`) or `OutputClashError`, naming both paths.
+    outputs here too (False where another planner lists them: globs and URIs on Ray);
+    `run_files`: the files the run itself writes in OUT (`failures.csv`; detect's
+    `detections.json`), which no input's output may be or lie under. Raises
+    `OutputPathError` (a file as `-o`) or `OutputClashError`, naming both paths.
     """
     out_dir = check_output_folder(out)
     frames_dir = check_output_folder(frames_out, "--frames-out") if frames_out else None
@@ -173,8 +179,27 @@ def plan_run(
         plan.videos.append(VideoOutput(source, target, extra, frames))
     keys = _Keys()
     _check_clashes(plan, keys)
+    _check_run_files(plan, run_files, keys)
     _check_inputs(plan, [p for p in given if p.exists()], frames_dir, keys)
     return plan
+
+
+def _check_run_files(plan: RunPlan, names: Sequence[str], resolved: _Keys) -> None:
+    """No input's output is, or lies under, a file the run writes itself in OUT: an input
+    folder `failures.csv/` or `detections.json/` made detect do all its work and then stop
+    at `OUT/detections.json is a folder`."""
+    own = [(name, resolved(plan.out / name)) for name in names]
+    written: list[tuple[Path, Path]] = list(plan.image_outputs)
+    for v in plan.videos:
+        written += [(v.source, f) for f in (*v.files, *([v.frames] if v.frames else []))]
+    for source, path in written:
+        key = resolved(path)
+        for name, home in own:
+            if _inside(key, home) or _inside(home, key):
+                raise OutputClashError(
+                    f"{path} (of {source}) would be written where the run writes its "
+                    f"{plan.out / name}; rename the input or choose another --out"
+                )
 
 
 class _Keys(dict[Path, str]):

@@ -74,7 +74,10 @@ def detect_cmd(
     api.check_detector_options(device, backend, precision)
     api.check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, once, for videos as for images
     api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, container="mp4")
-    plan = api.plan_run(inputs, out, sidecars=(".jsonl",), plan_images=not on_ray)
+    plan = api.plan_run(
+        inputs, out, sidecars=(".jsonl",), plan_images=not on_ray,
+        run_files=("failures.csv", "detections.json"),
+    )  # fmt: skip
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
     if plan.videos and skip_existing and not on_ray:  # as for images (`api.detect_files`)
