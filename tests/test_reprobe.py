@@ -294,3 +294,20 @@ def test_an_input_folder_named_like_a_file_the_run_writes_is_refused_before_any_
     res = _run(command, *model, folder, "-o", out)
     _one_error(res, str(out / name), "rename the input")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["rain", "moire"])
+def test_synth_video_never_replaces_its_input_frames_folder(tmp_path: Path, kind: str) -> None:
+    """A clean/ folder written by an earlier synth run, read back with -o its parent, was
+    replaced by the frames read from it: with --max-frames 1, three of four were lost."""
+    out = tmp_path / "set"
+    clean = out / "clean"
+    clean.mkdir(parents=True)
+    (clean / ".clearsight-frames").write_text("numbered frames written by clearsight\n")
+    for i in range(1, 5):
+        write_image(clean / f"{i:06d}.png", frame_image(i, 16, 16))
+    before = {p.name: p.read_bytes() for p in clean.iterdir()}
+    res = _run("synth", kind, "--video", "--clean", clean, "--fps", "5", "-o", out,
+               "--max-frames", "1")  # fmt: skip
+    _one_error(res, str(clean), "replaced whole")
+    assert {p.name: p.read_bytes() for p in clean.iterdir()} == before

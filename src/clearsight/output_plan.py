@@ -282,12 +282,26 @@ def _check_inputs(
     folders = [v.frames for v in plan.videos if v.frames is not None]
     if frames_dir is not None:
         folders.append(frames_dir)
+    check_frames_folders(folders, list(named.values()), "--frames-out", resolved)
+
+
+def check_frames_folders(
+    folders: Sequence[Path],
+    inputs: Sequence[str | os.PathLike[str]],
+    option: str = "--out",
+    resolved: _Keys | None = None,
+) -> None:
+    """A folder of numbered frames is replaced whole, so none of `folders` may be, hold or
+    lie inside an input (`synth --video --clean OUT/clean -o OUT` replaced the input frames
+    with what it had read of them: with `--max-frames 1`, one)."""
+    resolved = resolved if resolved is not None else _Keys()
+    named = {resolved(Path(p)): Path(p) for p in inputs if Path(p).exists()}
     for folder in folders:
         home = resolved(folder)
-        for source in sources:
+        for source, given in named.items():
             if _inside(source, home) or _inside(home, source):
                 raise OutputClashError(
-                    f"--frames-out {folder} is, holds or is inside the input {named[source]} "
+                    f"{option} {folder} is, holds or is inside the input {given} "
                     "(a frames folder is replaced whole); choose a folder apart from the inputs"
                 )
 

@@ -228,6 +228,9 @@ def write_clip_pairs(
     pair count; a clip without frames is a one-line error (`what` is synthesised)."""
     if max_frames is not None:
         check_whole_number("max_frames", max_frames)
+    from clearsight.output_plan import check_frames_folders
+
+    check_frames_folders([out / degraded, out / "clean"], [source], "--out")
     n = 0
     with contextlib.ExitStack() as stack:
         reader = stack.enter_context(open_source(source, fps=fps, max_pixels=max_pixels))
