@@ -311,3 +311,36 @@ def test_synth_video_never_replaces_its_input_frames_folder(tmp_path: Path, kind
                "--max-frames", "1")  # fmt: skip
     _one_error(res, str(clean), "replaced whole")
     assert {p.name: p.read_bytes() for p in clean.iterdir()} == before
+
+
+def _clip_folder(root: Path) -> Path:
+    """rain/ and clean/, three numbered frames each."""
+    for side in ("rain", "clean"):
+        (root / side).mkdir(parents=True)
+        for i in range(1, 4):
+            write_image(root / side / f"{i:05d}.png", frame_image(i, 16, 16))
+    return root
+
+
+def test_eval_video_save_images_never_replaces_the_data_folder(tmp_path: Path) -> None:
+    """A clip folder named `restored`, scored with -o its parent and --save-images, was
+    replaced whole by the restored frames: rain/ and clean/ were deleted."""
+    data = _clip_folder(tmp_path / "restored")
+    res = _run("eval", "--video", "-m", "identity", "-d", data, "-o", tmp_path, "--save-images")
+    _one_error(res, "replaced whole")
+    assert len(list((data / "rain").iterdir())) == 3 and len(list((data / "clean").iterdir())) == 3
+
+
+def test_eval_video_save_images_keeps_a_restored_folder_it_did_not_write(tmp_path: Path) -> None:
+    data = _clip_folder(tmp_path / "clip")
+    out = tmp_path / "scores"
+    (out / "restored").mkdir(parents=True)
+    (out / "restored" / "notes.txt").write_text("mine")
+    res = _run("eval", "--video", "-m", "identity", "-d", data, "-o", out, "--save-images")
+    _one_error(res, "notes.txt", "not written by clearsight")
+    assert (out / "restored" / "notes.txt").read_text() == "mine"
+    (out / "restored" / "notes.txt").unlink()
+    for _ in range(2):  # its own folder is replaced by a rerun
+        res = _run("eval", "--video", "-m", "identity", "-d", data, "-o", out, "--save-images")
+        assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    assert len(list((out / "restored").glob("*.png"))) == 3
