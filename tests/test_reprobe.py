@@ -344,3 +344,44 @@ def test_eval_video_save_images_keeps_a_restored_folder_it_did_not_write(tmp_pat
         res = _run("eval", "--video", "-m", "identity", "-d", data, "-o", out, "--save-images")
         assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
     assert len(list((out / "restored").glob("*.png"))) == 3
+
+
+# --- a folder replaced whole on save is never a folder of the user's -----------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("compress", "input-size", "default-detect", "--size", "160"),
+        ("export", "default-detect", "--format", "paddle", "--layout", "astar"),
+    ],
+)
+def test_a_save_never_replaces_a_folder_of_the_users_files(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """`compress input-size -o DIR` replaced a DIR holding the user's files with the
+    artifact (the folder is replaced whole)."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "thesis.txt").write_text("precious")
+    res = _run(*args, "-o", folder)
+    _one_error(res, str(folder), "thesis.txt")
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]
+
+
+def test_save_artifact_replaces_an_artifact_but_not_another_folder(tmp_path: Path) -> None:
+    from clearsight.artifact import save_artifact
+    from clearsight.out_paths import OutputPathError
+    from clearsight.zoo import resolve_model
+
+    model = resolve_model("identity")
+    art = tmp_path / "art"
+    for _ in range(2):  # an artifact folder is replaced by the next save
+        save_artifact(model.model, art, model.config)
+    assert (art / "config.json").is_file()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.png").write_bytes(b"x")
+    with pytest.raises(OutputPathError, match="a.png"):
+        save_artifact(model.model, other, model.config)
+    assert [p.name for p in other.iterdir()] == ["a.png"]

@@ -45,3 +45,21 @@ def check_output_file(path: str | os.PathLike[str], what: str = "output file") -
     if blocker is not None:
         raise OutputPathError(f"{what} {p}: {blocker} is a file, not a folder")
     return p
+
+
+def check_replaced_folder(
+    path: str | os.PathLike[str], mark: str, what: str = "output folder"
+) -> Path:
+    """`path`, a folder that a save replaces whole (a model artifact, a Paddle export), is
+    new, empty or one clearsight wrote (it holds `mark`, e.g. `config.json`); a folder of
+    anything else is an `OutputPathError`, never deleted (`compress input-size -o DIR`
+    replaced a DIR of the user's files with the artifact)."""
+    p = check_output_folder(path, what)
+    if p.is_dir() and not (p / mark).is_file():
+        held = sorted(c.name for c in p.iterdir())
+        if held:
+            raise OutputPathError(
+                f"{what} {p} already holds other files ({held[0]}, ...) and is replaced whole "
+                "when written; choose a new or empty folder"
+            )
+    return p

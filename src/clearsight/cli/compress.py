@@ -74,7 +74,9 @@ def prune_cmd(
 ) -> None:
     """Remove whole channels from MODEL until its recounted MACs reach the target."""
     from clearsight.api import prune, prune_report_path
+    from clearsight.artifact import check_artifact_target
 
+    check_artifact_target(out)
     with console.status("pruning") as status:
 
         def step(n: int, macs: float) -> None:
@@ -121,7 +123,9 @@ def input_size_cmd(
 ) -> None:
     """Rebuild detector MODEL for SIZE x SIZE inputs with the same weights."""
     from clearsight.api import change_input_size
+    from clearsight.artifact import check_artifact_target
 
+    check_artifact_target(out)
     r = change_input_size(model, out, size, resize)
     table = Table(title=f"input-size {model}")
     for col in ("", "before", "after", "after/before"):

@@ -40,7 +40,9 @@ def import_paddle_cmd(
     """Read WEIGHTS without Paddle (a restricted unpickler: nothing in the file runs), map
     every name and layout to ARCH, check every shape, and save an artifact."""
     from clearsight.api import import_paddle
+    from clearsight.artifact import check_artifact_target
 
+    check_artifact_target(out)
     result = import_paddle(weights, arch, out, sets=sets or [], name=name)
     console.print(
         f"imported {result.tensors} tensors from {weights.name} as {result.architecture} "
