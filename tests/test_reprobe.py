@@ -385,3 +385,28 @@ def test_save_artifact_replaces_an_artifact_but_not_another_folder(tmp_path: Pat
     with pytest.raises(OutputPathError, match="a.png"):
         save_artifact(model.model, other, model.config)
     assert [p.name for p in other.iterdir()] == ["a.png"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("export", "{m}", "--format", "onnx"),
+        ("compress", "quantize", "{m}"),
+        ("compress", "input-size", "{m}", "--size", "64"),
+        ("compress", "prune", "{m}", "--ratio", "0.5"),
+    ],
+)
+def test_an_output_onto_the_model_it_is_made_from_is_refused(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """`export MODEL -o MODEL` replaced the model with its ONNX export, exit 0."""
+    from clearsight.artifact import save_artifact
+    from clearsight.zoo import resolve_model
+
+    model = tmp_path / "m.safetensors"
+    loaded = resolve_model("default-detect" if "input-size" in args else "default-derain")
+    save_artifact(loaded.model, model, loaded.config)
+    before = model.read_bytes()
+    res = _run(*(a.format(m=model) for a in args), "-o", model)
+    _one_error(res, "is the input")
+    assert model.read_bytes() == before

@@ -63,3 +63,15 @@ def check_replaced_folder(
                 "when written; choose a new or empty folder"
             )
     return p
+
+
+def check_not_input(
+    path: str | os.PathLike[str] | None, source: str | os.PathLike[str], what: str = "--out"
+) -> None:
+    """An output is not the file it is made from: `export MODEL -o MODEL` replaced the
+    model with its ONNX export, exit 0. `source` may be a name that is not a path (a
+    bundled model): then nothing is checked."""
+    if path is None or not Path(source).is_file():
+        return
+    if os.path.realpath(path) == os.path.realpath(source):
+        raise OutputPathError(f"{what} {path} is the input {source}; choose another path")

@@ -57,6 +57,9 @@ def export(
             "layout export ONNX, then convert the .onnx file with --format paddle"
         )
     target = Path(out) if out is not None else default_output(str(model), fmt, layout)
+    from clearsight.out_paths import check_not_input
+
+    check_not_input(target, str(model))
     if skip_existing and target.exists():
         return Export(fmt, target, skipped=True)
     if fmt == "paddle":

@@ -246,9 +246,7 @@ def _eval_video(
             f"{data} is a file: give its clean video with --clean, or a folder with the "
             "input frames (rain/, moire/ or input/) and clean/",
         )
-    from clearsight.report.video import player_paths
-
-    players = player_paths(report) if report is not None else ()
+    players = api.player_paths(report) if report is not None else ()
     api.plan_fixed_outputs(
         out, report, inputs=[p for p in (data, clean) if p is not None], report_files=players
     )

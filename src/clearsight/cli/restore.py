@@ -165,9 +165,7 @@ def _media_plan(inputs: list[str], out: Path, video: dict[str, Any], on_ray: boo
         keep_container=bool(video.get("keep_container")),
     )  # fmt: skip
     if video.get("keep_container"):
-        from clearsight.video.options import check_output_containers
-
-        check_output_containers(video.get("codec"), (v.target for v in plan.videos))
+        api.check_output_containers(video.get("codec"), (v.target for v in plan.videos))
     if frames_out is not None and not plan.videos:
         raise OptionError("frames_out", "writes the frames of videos; no video among the inputs")
     return plan
