@@ -79,7 +79,7 @@ def _create_dir(target: Path) -> Path:
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(target.parent))
 
 
-def _naming_target(exc: OSError, target: Path) -> OSError:
+def naming_target(exc: OSError, target: Path) -> OSError:
     """`exc` naming `target`: the temporary name is ours, not a path the user knows, so an
     error creating or renaming it names the file that was to be written."""
     if exc.errno is None:
@@ -100,7 +100,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         tmp, mode = _create_file(target)
     except OSError as exc:
-        raise _naming_target(exc, target) from None
+        raise naming_target(exc, target) from None
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
@@ -111,7 +111,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         try:
             os.replace(tmp, target)
         except OSError as exc:
-            raise _naming_target(exc, target) from None
+            raise naming_target(exc, target) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -130,7 +130,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         tmp = _create_dir(target)
     except OSError as exc:
-        raise _naming_target(exc, target) from None
+        raise naming_target(exc, target) from None
     try:
         yield tmp
         old = None

@@ -25,6 +25,9 @@ from pathlib import Path
 from clearsight.errors import ClearsightError
 from clearsight.out_paths import check_output_file, check_output_folder
 
+RUN_FILES = ("failures.csv",)
+"""Files a folder run writes in OUT itself (detect adds `detections.json`)."""
+
 VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 """File names read as videos (any container FFmpeg decodes; these are the usual ones)."""
 
@@ -56,8 +59,8 @@ class MediaPlan:
 
 def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> MediaPlan:
     """Videos apart from images: a video file given goes to `OUT/<stem>`, a video inside a
-    folder to `OUT/<its path inside the folder>` (as images do); a folder stays an image
-    input when it holds images."""
+    folder (or a video-named link there that leads nowhere) to `OUT/<its path inside the
+    folder>` (as images do); a folder stays an image input when it holds images."""
     from clearsight.errors import ImageReadError
     from clearsight.io import list_images
 
@@ -71,16 +74,23 @@ def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     root = Path(out)
     for item in inputs:
         p = Path(item)
-        if p.is_file() and is_video(p):
+        if is_video(p) and p.exists() and not p.is_dir():  # a pipe too: failed, not opened
             plan.videos.append((p, root / p.stem))
         elif p.is_dir():
-            found = sorted(v for v in p.rglob("*") if v.is_file() and is_video(v))
+            found = sorted(v for v in p.rglob("*") if is_video(v) and _file_or_broken_link(v))
             plan.videos += [(v, root / v.relative_to(p).with_suffix("")) for v in found]
             if not found or has_images(p):
                 plan.images.append(str(item))
         else:
             plan.images.append(str(item))
     return plan
+
+
+def _file_or_broken_link(path: Path) -> bool:
+    """A file, or a link that loops or leads nowhere: the user put it there, so the run
+    lists it as a failed input (as a folder's broken image links are) rather than passing
+    over it without a word."""
+    return path.is_file() or (path.is_symlink() and not path.exists())
 
 
 @dataclass(frozen=True)
@@ -131,6 +141,7 @@ def plan_run(
     keep_container: bool = False,
     sidecars: Sequence[str] = (),
     plan_images: bool = True,
+    run_files: Sequence[str] = RUN_FILES,
 ) -> RunPlan:
     """The outputs of a run over `inputs` into `out`, checked before any work (module doc).
 
@@ -138,8 +149,10 @@ def plan_run(
     `frames_out`: each video also written as numbered PNGs there (DIR/<name>/ when there are
     several); `keep_container`: a video keeps its container's suffix; `sidecars`: suffixes
     of the files written beside each video (detect: `.jsonl`); `plan_images`: name the image
-    outputs here too (False where another planner lists them: globs and URIs on Ray).
-    Raises `OutputPathError` (a file as `-o`) or `OutputClashError`, naming both paths.
+    outputs here too (False where another planner lists them: globs and URIs on Ray);
+    `run_files`: the files the run itself writes in OUT (`failures.csv`; detect's
+    `detections.json`), which no input's output may be or lie under. Raises
+    `OutputPathError` (a file as `-o`) or `OutputClashError`, naming both paths.
     """
     out_dir = check_output_folder(out)
     frames_dir = check_output_folder(frames_out, "--frames-out") if frames_out else None
@@ -152,13 +165,13 @@ def plan_run(
         from clearsight.runtime.batch import plan_outputs
 
         plan.image_outputs = plan_outputs([Path(i) for i in media.images], out_dir)
-    planned: set[str] = set()
+    planned: set[tuple[str, Path]] = set()
     for source, stem in stems:
-        same = os.path.realpath(source)  # a video given twice (itself and its folder): once
+        target = video_output(stem, source, keep_container)
+        same = (os.path.realpath(source), target)  # given twice (itself and its folder): once
         if same in planned:
             continue
         planned.add(same)
-        target = video_output(stem, source, keep_container)
         extra = tuple(stem.with_name(stem.name + s) for s in sidecars)
         frames = None
         if frames_dir is not None:
@@ -166,8 +179,27 @@ def plan_run(
         plan.videos.append(VideoOutput(source, target, extra, frames))
     keys = _Keys()
     _check_clashes(plan, keys)
+    _check_run_files(plan, run_files, keys)
     _check_inputs(plan, [p for p in given if p.exists()], frames_dir, keys)
     return plan
+
+
+def _check_run_files(plan: RunPlan, names: Sequence[str], resolved: _Keys) -> None:
+    """No input's output is, or lies under, a file the run writes itself in OUT: an input
+    folder `failures.csv/` or `detections.json/` made detect do all its work and then stop
+    at `OUT/detections.json is a folder`."""
+    own = [(name, resolved(plan.out / name)) for name in names]
+    written: list[tuple[Path, Path]] = list(plan.image_outputs)
+    for v in plan.videos:
+        written += [(v.source, f) for f in (*v.files, *([v.frames] if v.frames else []))]
+    for source, path in written:
+        key = resolved(path)
+        for name, home in own:
+            if _inside(key, home) or _inside(home, key):
+                raise OutputClashError(
+                    f"{path} (of {source}) would be written where the run writes its "
+                    f"{plan.out / name}; rename the input or choose another --out"
+                )
 
 
 class _Keys(dict[Path, str]):
@@ -250,12 +282,26 @@ def _check_inputs(
     folders = [v.frames for v in plan.videos if v.frames is not None]
     if frames_dir is not None:
         folders.append(frames_dir)
+    check_frames_folders(folders, list(named.values()), "--frames-out", resolved)
+
+
+def check_frames_folders(
+    folders: Sequence[Path],
+    inputs: Sequence[str | os.PathLike[str]],
+    option: str = "--out",
+    resolved: _Keys | None = None,
+) -> None:
+    """A folder of numbered frames is replaced whole, so none of `folders` may be, hold or
+    lie inside an input (`synth --video --clean OUT/clean -o OUT` replaced the input frames
+    with what it had read of them: with `--max-frames 1`, one)."""
+    resolved = resolved if resolved is not None else _Keys()
+    named = {resolved(Path(p)): Path(p) for p in inputs if Path(p).exists()}
     for folder in folders:
         home = resolved(folder)
-        for source in sources:
+        for source, given in named.items():
             if _inside(source, home) or _inside(home, source):
                 raise OutputClashError(
-                    f"--frames-out {folder} is, holds or is inside the input {named[source]} "
+                    f"{option} {folder} is, holds or is inside the input {given} "
                     "(a frames folder is replaced whole); choose a folder apart from the inputs"
                 )
 
@@ -275,18 +321,60 @@ def finished(video: VideoOutput) -> bool:
     return done and (video.frames is None or video.frames.is_dir())
 
 
+FIXED_OUTPUTS = ("per_image.csv", "per_frame.csv", "summary.json", "report.html")
+"""The files `eval` may write in its --out folder."""
+
+READ_SUFFIXES = (*VIDEO_SUFFIXES, ".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff", ".bmp",
+                 ".json")  # fmt: skip
+"""Files of a data set a run reads: images, videos and COCO annotations."""
+
+
 def plan_fixed_outputs(
-    out: str | os.PathLike[str] | None, report: str | os.PathLike[str] | None = None
+    out: str | os.PathLike[str] | None,
+    report: str | os.PathLike[str] | None = None,
+    *,
+    inputs: Sequence[str | os.PathLike[str]] = (),
+    files: Sequence[str] = FIXED_OUTPUTS,
+    report_files: Sequence[str | os.PathLike[str]] = (),
 ) -> None:
-    """The plan of a run whose outputs have fixed names (`eval`: `per_image.csv`,
-    `summary.json` in `out`, the `report` page): both paths checked before any work, and
-    the leftovers of killed runs swept from their folders, as a folder run's are."""
+    """The plan of a run whose outputs have fixed names (`eval`: `files` in `out`, the
+    `report` page and `report_files` beside it): every path checked before any work, none
+    an input (`_check_not_read`), and the leftovers of killed runs swept from their
+    folders, as a folder run's are."""
     from clearsight.atomic import sweep_leftovers
 
     folders: list[Path] = []
+    given = [Path(i) for i in inputs]
     if out is not None:
         folders.append(check_output_folder(out, "--out"))
+        _check_not_read("--out", [Path(out) / name for name in files], given, named=False)
     if report is not None:
         folders.append(check_output_file(report, "--report").parent)
+        pages = [Path(report), *map(Path, report_files)]
+        _check_not_read("--report", pages, given, named=True)
     for folder in folders:
         sweep_leftovers(folder)
+
+
+def _check_not_read(
+    option: str, written: Sequence[Path], inputs: Sequence[Path], *, named: bool
+) -> None:
+    """No output of a fixed-name run is a file it reads: not an input given as a file, nor,
+    for paths the user `named` (a report), an image, video or annotations file inside an
+    input folder (a report named after a clean image used to replace it with HTML). The
+    run's own fixed names (`summary.json` in an --out inside the set) and a report page
+    beside the set, rewritten by a rerun, are fine."""
+    resolved = _Keys()
+    given = {resolved(p): p for p in inputs if p.exists()}
+    folders = [(k, p) for k, p in given.items() if p.is_dir()]
+    for path in written:
+        key = resolved(path)
+        if key in given and not given[key].is_dir():
+            raise OutputClashError(f"{option}: {path} is an input; choose another path")
+        if not named or not Path(key).is_file() or Path(key).suffix.lower() not in READ_SUFFIXES:
+            continue
+        for home, folder in folders:
+            if _inside(key, home):
+                raise OutputClashError(
+                    f"{option}: {path} is a file of the input {folder}; choose another path"
+                )

@@ -95,6 +95,7 @@ _LAZY: dict[str, str] = {
     "Restorer": "clearsight.engine.inference:Restorer",
     "InferenceOptions": "clearsight.engine.inference:InferenceOptions",
     "Detector": "clearsight.engine.detector:Detector",
+    "check_detector_options": "clearsight.engine.detector:check_detector_options",
     "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
     "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
     "FailuresCsvError": "clearsight.runtime.failures:FailuresCsvError",
@@ -104,19 +105,26 @@ _LAZY: dict[str, str] = {
     "OVERFIT_MARGIN": "clearsight.engine.restore_train:OVERFIT_MARGIN",
     "OVERFIT_AP": "clearsight.engine.detect_train:OVERFIT_AP",
     "check_video_options": "clearsight.video.options:check_video_options",
+    "check_output_containers": "clearsight.video.options:check_output_containers",
+    "check_artifact_target": "clearsight.artifact:check_artifact_target",
+    "check_not_input": "clearsight.out_paths:check_not_input",
+    "player_paths": "clearsight.report.video:player_paths",
 }
 
 if TYPE_CHECKING:
+    from clearsight.artifact import check_artifact_target
     from clearsight.engine.compare import Comparison
     from clearsight.engine.detect_train import OVERFIT_AP
-    from clearsight.engine.detector import Detector
+    from clearsight.engine.detector import Detector, check_detector_options
     from clearsight.engine.evaluate import EvalResult
     from clearsight.engine.inference import InferenceOptions, Restorer
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
     from clearsight.engine.restore_train import OVERFIT_MARGIN
+    from clearsight.out_paths import check_not_input
     from clearsight.progress import progress_bar
+    from clearsight.report.video import player_paths
     from clearsight.runtime.failures import FailuresCsvError
-    from clearsight.video.options import check_video_options
+    from clearsight.video.options import check_output_containers, check_video_options
 
 __all__ = [
     "DEFAULT_DEMOIRE",
@@ -148,9 +156,13 @@ __all__ = [
     "audit",
     "benchmark",
     "change_input_size",
+    "check_artifact_target",
     "check_data",
+    "check_detector_options",
     "check_engine",
     "check_max_pixels",
+    "check_not_input",
+    "check_output_containers",
     "check_output_file",
     "check_output_folder",
     "check_video_options",
@@ -173,6 +185,7 @@ __all__ = [
     "parse_import_sets",
     "parse_scales",
     "plan_fixed_outputs",
+    "player_paths",
     "plan_run",
     "profile",
     "profile_table",

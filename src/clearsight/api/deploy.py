@@ -57,9 +57,16 @@ def export(
             "layout export ONNX, then convert the .onnx file with --format paddle"
         )
     target = Path(out) if out is not None else default_output(str(model), fmt, layout)
+    from clearsight.out_paths import check_not_input
+
+    check_not_input(target, str(model))
     if skip_existing and target.exists():
         return Export(fmt, target, skipped=True)
     if fmt == "paddle":
+        from clearsight.export.paddle import META_FILE
+        from clearsight.out_paths import check_replaced_folder
+
+        check_replaced_folder(target, META_FILE, "--out")  # replaced whole, after the export
         result = export_paddle(model, target, layout=layout)
         return Export(fmt, result.path, paddle=result)
     path, parity = export_onnx(model, target, fmt, layout=layout)

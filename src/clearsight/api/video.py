@@ -165,6 +165,7 @@ def run_videos(
     import time
 
     from clearsight.output_plan import finished, prepare_outputs
+    from clearsight.runtime.batch import check_video_file
     from clearsight.runtime.failures import (
         FailedFile,
         FailuresCsvError,
@@ -190,6 +191,7 @@ def run_videos(
                 on_skip(source, target)
             continue
         try:
+            check_video_file(source)  # a broken link, a pipe: named as such, never opened
             target.parent.mkdir(parents=True, exist_ok=True)
             result = run_one(source, target)
         except Exception as exc:

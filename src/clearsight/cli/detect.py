@@ -71,8 +71,13 @@ def detect_cmd(
 
     on_ray = api.check_engine(engine) == "ray"
     check_unit_interval("score_threshold", score_threshold)
+    api.check_detector_options(device, backend, precision)
+    api.check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, once, for videos as for images
     api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, container="mp4")
-    plan = api.plan_run(inputs, out, sidecars=(".jsonl",), plan_images=not on_ray)
+    plan = api.plan_run(
+        inputs, out, sidecars=(".jsonl",), plan_images=not on_ray,
+        run_files=("failures.csv", "detections.json"),
+    )  # fmt: skip
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
     if plan.videos and skip_existing and not on_ray:  # as for images (`api.detect_files`)
@@ -87,7 +92,8 @@ def detect_cmd(
     if plan.videos:
         video = dict(track=track, start=start, duration=duration, crf=crf, codec=codec,
                      keep_partial=keep_partial, score_threshold=score_threshold)  # fmt: skip
-        failed += _detect_videos(plan, out, model, device, fail_fast, video, failed)
+        loading = dict(device=device, backend=backend, precision=precision)
+        failed += _detect_videos(plan, out, model, loading, fail_fast, video, failed)
     if failed:
         say(f"{len(failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)
@@ -166,16 +172,17 @@ def _detect_videos(
     plan: Any,
     out: Path,
     model: str,
-    device: str,
+    loading: dict[str, str],
     fail_fast: bool,
     video: dict[str, Any],
     earlier: list[Any],
 ) -> list[Any]:
-    """Each video through `clearsight.api.detect_video`, one line each; returns the videos
+    """Each video through `clearsight.api.detect_video` (the detector loaded with `loading`:
+    device, backend, precision), one line each; returns the videos
     that failed (OUT/failures.csv then lists them with the `earlier` failed images)."""
     from clearsight import api
 
-    detector = api.Detector.from_pretrained(model, device=device)
+    detector = api.Detector.from_pretrained(model, **loading)
 
     def one(source: Path, target: Path) -> Any:
         return api.detect_video(detector, source, target.parent, progress=True, **video)

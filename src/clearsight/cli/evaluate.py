@@ -38,7 +38,7 @@ def _eval_detection(
     an HTML report with the worst images' boxes drawn (`report/detection.py`)."""
     from clearsight.api import evaluate_detection, plan_fixed_outputs
 
-    plan_fixed_outputs(out, report)
+    plan_fixed_outputs(out, report, inputs=[data])
     if k < 1:
         raise ClearsightError(f"--report-k must be >= 1, got {k}")
 
@@ -142,7 +142,7 @@ def eval_cmd(
         _eval_detection(model, data, out, device, report, report_k)
         return
 
-    api.plan_fixed_outputs(out, report)
+    api.plan_fixed_outputs(out, report, inputs=[data])
     outputs = [out / "per_image.csv", out / "summary.json"] if out is not None else []
     outputs += [report] if report is not None else []
     if skip_existing and outputs and all(p.is_file() for p in outputs):
@@ -246,7 +246,10 @@ def _eval_video(
             f"{data} is a file: give its clean video with --clean, or a folder with the "
             "input frames (rain/, moire/ or input/) and clean/",
         )
-    api.plan_fixed_outputs(out, report)
+    players = api.player_paths(report) if report is not None else ()
+    api.plan_fixed_outputs(
+        out, report, inputs=[p for p in (data, clean) if p is not None], report_files=players
+    )
     pairs: Any = data if clean is None else (data, clean)
     res = api.evaluate_video(
         model, pairs, out, preset=preset, save_images=save, report=report, fps=fps,

@@ -39,8 +39,9 @@ def import_paddle_cmd(
 ) -> None:
     """Read WEIGHTS without Paddle (a restricted unpickler: nothing in the file runs), map
     every name and layout to ARCH, check every shape, and save an artifact."""
-    from clearsight.api import import_paddle
+    from clearsight.api import check_artifact_target, import_paddle
 
+    check_artifact_target(out)
     result = import_paddle(weights, arch, out, sets=sets or [], name=name)
     console.print(
         f"imported {result.tensors} tensors from {weights.name} as {result.architecture} "

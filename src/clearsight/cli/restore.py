@@ -96,6 +96,9 @@ def restore_images(
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
+    if isinstance(options.get("scales"), str):
+        options["scales"] = api.parse_scales(options["scales"])
+    api.InferenceOptions(**options)  # checked once, for videos as for images
     video = dict(video or {})
     api.check_video_options(
         **{k: video.get(k) for k in CHECKED_VIDEO_OPTIONS},
@@ -161,6 +164,8 @@ def _media_plan(inputs: list[str], out: Path, video: dict[str, Any], on_ray: boo
         inputs, out, fps=fps, frames_out=frames_out, plan_images=not on_ray,
         keep_container=bool(video.get("keep_container")),
     )  # fmt: skip
+    if video.get("keep_container"):
+        api.check_output_containers(video.get("codec"), (v.target for v in plan.videos))
     if frames_out is not None and not plan.videos:
         raise OptionError("frames_out", "writes the frames of videos; no video among the inputs")
     return plan

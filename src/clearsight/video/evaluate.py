@@ -34,7 +34,7 @@ from clearsight.io import read_image, to_uint8, write_image
 from clearsight.metrics._errors import ShapeMismatchError
 from clearsight.metrics.warping import FlowTooSmallError, flicker, score_frames
 from clearsight.out_paths import check_output_folder
-from clearsight.video.frames import FRAME_NAME, list_frames, open_source
+from clearsight.video.frames import FRAME_NAME, FRAMES_MARK, list_frames, open_source
 from clearsight.video.options import check_fps
 from clearsight.video.restore import frame_function
 
@@ -245,6 +245,11 @@ def evaluate_video(
     if fps is not None:
         check_fps(fps)
     data = _clip(pairs, fps)
+    if save_images and out is not None:  # replaced whole: never an input, nor inside one
+        from clearsight.output_plan import check_frames_folders
+
+        given = [pairs] if isinstance(pairs, str | Path) else [p for p in pairs if p]
+        check_frames_folders([out / IMAGES_FOLDER], given, "out_dir")
     files: list[Path] = []
 
     model = _model(model, clip)
@@ -362,6 +367,23 @@ class _Tap:
         self._done += 1
 
 
+def _check_own_folder(folder: Path) -> None:
+    """An existing `folder` is replaced only when empty or written here (it holds
+    `FRAMES_MARK` and nothing but PNGs), as a frames folder is: an `OUT/restored` of the
+    user's was deleted by `eval --video --save-images`."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise VideoReadError(f"{folder} is a file, where the restored frames go")
+    names = sorted(p.name for p in folder.iterdir())
+    others = [n for n in names if n != FRAMES_MARK and not n.endswith(".png")]
+    if others or (names and FRAMES_MARK not in names):
+        raise VideoReadError(
+            f"{folder} already holds files not written by clearsight ({(others or names)[0]}, "
+            "...); choose another --out, or move them"
+        )
+
+
 class _ImageSaver:
     """Writes the restored frames as <stem>.png into a temporary folder that replaces
     `folder` once every frame is written (`clearsight.atomic.atomic_dir`)."""
@@ -375,8 +397,13 @@ class _ImageSaver:
 
     def __enter__(self) -> _ImageSaver:
         if self.folder is not None:
+            _check_own_folder(self.folder)
             self._ctx = atomic_dir(self.folder)
             self._tmp = self._ctx.__enter__()
+            (self._tmp / FRAMES_MARK).write_text(
+                "restored frames written by clearsight eval; a rerun replaces this folder\n",
+                encoding="utf-8",
+            )
         return self
 
     def wrap(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:

@@ -20,7 +20,7 @@ from typing import Any
 import cv2
 import numpy as np
 
-from clearsight.atomic import ClosedOrAborted, atomic_dir
+from clearsight.atomic import ClosedOrAborted, atomic_dir, naming_target
 from clearsight.data.video_pairs import frame_key
 from clearsight.errors import (
     ClearsightError,
@@ -147,10 +147,14 @@ class FrameFolderWriter(ClosedOrAborted):
                 )
         self._atomic = atomic_dir(self.path)
         self._tmp = self._atomic.__enter__()
-        (self._tmp / FRAMES_MARK).write_text(
-            "numbered frames written by clearsight; a rerun replaces this folder\n",
-            encoding="utf-8",
-        )
+        try:
+            (self._tmp / FRAMES_MARK).write_text(
+                "numbered frames written by clearsight; a rerun replaces this folder\n",
+                encoding="utf-8",
+            )
+        except OSError as exc:
+            self.abort(exc)
+            raise naming_target(exc, self.path / FRAMES_MARK) from None
 
     def write(self, image: np.ndarray, pts: int | None = None) -> Path:
         """Write the next frame (HxWx3 uint8 RGB); `pts` is ignored (frames are numbered)."""
@@ -161,7 +165,10 @@ class FrameFolderWriter(ClosedOrAborted):
         ok, buf = cv2.imencode(".png", np.ascontiguousarray(image[:, :, ::-1]))
         if not ok:
             raise VideoWriteError(f"{self.path}: cannot encode frame {self.frames_written}")
-        target.write_bytes(buf.tobytes())
+        try:
+            target.write_bytes(buf.tobytes())
+        except OSError as exc:  # named as the frame in place, not its temporary folder
+            raise naming_target(exc, self.path / target.name) from None
         return self.path / target.name
 
     def close(self) -> None:
@@ -169,7 +176,10 @@ class FrameFolderWriter(ClosedOrAborted):
         if self._closed:
             return
         self._closed = True
-        self._atomic.__exit__(None, None, None)
+        try:
+            self._atomic.__exit__(None, None, None)
+        except OSError as exc:
+            raise naming_target(exc, self.path) from None
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Remove the temporary folder (or keep the frames so far with `keep_partial`)."""
@@ -218,6 +228,9 @@ def write_clip_pairs(
     pair count; a clip without frames is a one-line error (`what` is synthesised)."""
     if max_frames is not None:
         check_whole_number("max_frames", max_frames)
+    from clearsight.output_plan import check_frames_folders
+
+    check_frames_folders([out / degraded, out / "clean"], [source], "--out")
     n = 0
     with contextlib.ExitStack() as stack:
         reader = stack.enter_context(open_source(source, fps=fps, max_pixels=max_pixels))

@@ -501,7 +501,8 @@ class VideoWriter(ClosedOrAborted):
     """Encode RGB frames to a video file at their own timestamps, atomically.
 
     The container follows the extension; `codec` (default libx264) at `crf` (default 18)
-    in `pix_fmt` (default yuv420p for H.264, else the codec's first). Sides that a
+    in `pix_fmt` (default yuv420p, or the encoder's first format when it takes no yuv420p:
+    rgb24 for png). Sides that a
     subsampled pixel format cannot hold (odd width or height in yuv420p) are padded by
     repeating the last column/row: `padded` says so and the file is that much larger.
     `side` copies the source's audio and subtitle packets unchanged. Frames are written to a
@@ -568,8 +569,11 @@ class VideoWriter(ClosedOrAborted):
         if pix_fmt is None:
             pix_fmt = "yuv420p" if encoder.canonical_name == "h264" else None
         stream = self._out.add_stream(encoder.name, rate=rate or FALLBACK_RATE)
-        if pix_fmt is None:
+        if pix_fmt is None:  # PyAV's default, yuv420p, unless the encoder takes no such input
             pix_fmt = stream.pix_fmt or "yuv420p"
+            takes = [f.name for f in encoder.video_formats or ()]
+            if takes and pix_fmt not in takes:  # png: rgb24
+                pix_fmt = takes[0]
         wide, tall = _subsampled(pix_fmt)
         enc_w = self.width + (self.width % 2 if wide else 0)
         enc_h = self.height + (self.height % 2 if tall else 0)

@@ -11,7 +11,9 @@ same errors.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 from clearsight.errors import OptionError
@@ -109,23 +111,57 @@ def video_encoder(codec: str) -> Any:
     return encoder
 
 
-def check_container(codec: str, container: str, hint: str = "") -> None:
-    """Every output is a `container` file (an FFmpeg format name, e.g. "mp4"): refuse an
-    encoder it cannot hold once, rather than failing each video when its writer opens."""
+CONTAINER_FORMATS = {
+    ".mp4": "mp4",
+    ".m4v": "mp4",
+    ".mov": "mov",
+    ".mkv": "matroska",
+    ".webm": "webm",
+    ".avi": "avi",
+}
+"""FFmpeg's format for each video suffix an output may have (`--keep-container`)."""
+
+
+def check_container(codec: str, container: str, hint: str = "", suffix: str = "") -> None:
+    """Every output is a `container` file (an FFmpeg format name, e.g. "mp4"; its outputs'
+    `suffix` when that differs): refuse an encoder it cannot hold once, rather than failing
+    each video when its writer opens."""
     import io
 
     import av
 
     encoder = video_encoder(codec)
     with av.open(io.BytesIO(), "w", format=container) as probe:
-        holds = encoder.canonical_name in probe.supported_codecs
-    if not holds:
+        supported = probe.supported_codecs
+    if encoder.canonical_name not in supported:
+        held = [name for name in EXAMPLE_CODECS if _canonical(name) in supported]
         raise OptionError(
             "codec",
-            f"the .{container} outputs cannot hold {encoder.canonical_name} video "
-            f"({encoder.name}); choose one they hold, e.g. libx264, libx265, libvpx-vp9"
-            f"{hint}",
+            f"the {suffix or '.' + container} outputs cannot hold {encoder.canonical_name} "
+            f"video ({encoder.name}); choose one they hold, e.g. {', '.join(held)}{hint}",
         )
+
+
+EXAMPLE_CODECS = ("libx264", "libx265", "libvpx-vp9", "libsvtav1", "ffv1")
+"""Encoders named in the advice when a container cannot hold the one asked for (those of
+them it holds: a .webm holds no H.264)."""
+
+
+def _canonical(name: str) -> str | None:
+    """The codec an encoder writes (libx264 -> h264), or None where FFmpeg lacks it."""
+    try:
+        return str(video_encoder(name).canonical_name)
+    except OptionError:
+        return None
+
+
+def check_output_containers(codec: str | None, outputs: Iterable[Path]) -> None:
+    """`codec` checked against the container of every output video, once per suffix,
+    before any work (with `--keep-container` a .webm input is written as .webm, which
+    cannot hold H.264: that was one failed input per video)."""
+    for suffix in sorted({p.suffix.lower() for p in outputs}):
+        if suffix in CONTAINER_FORMATS:
+            check_container(codec or DEFAULT_CODEC, CONTAINER_FORMATS[suffix], suffix=suffix)
 
 
 def check_crf(crf: int | None, codec: str = DEFAULT_CODEC) -> None:
@@ -175,6 +211,7 @@ __all__ = [
     "MAX_SECONDS",
     "MIN_FPS",
     "check_container",
+    "check_output_containers",
     "check_crf",
     "check_duration",
     "check_fps",
