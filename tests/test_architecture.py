@@ -46,6 +46,7 @@ RANKS: dict[str, int] = {
     "data": 3,
     "onnx_meta": 3,
     "runtime": 4,
+    "output_plan": 4,  # one output plan for every command (io, runtime.failures, atomic)
     "zoo": 5,
     "detection": 6,
     "export": 7,

@@ -109,6 +109,7 @@ _LAZY: dict[str, str] = {
     "check_artifact_target": "clearsight.artifact:check_artifact_target",
     "check_not_input": "clearsight.out_paths:check_not_input",
     "player_paths": "clearsight.report.video:player_paths",
+    "prefer_sleeping_threads": "clearsight.runtime.threads:prefer_sleeping_threads",
 }
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ if TYPE_CHECKING:
     from clearsight.progress import progress_bar
     from clearsight.report.video import player_paths
     from clearsight.runtime.failures import FailuresCsvError
+    from clearsight.runtime.threads import prefer_sleeping_threads
     from clearsight.video.options import check_output_containers, check_video_options
 
 __all__ = [
@@ -189,6 +191,7 @@ __all__ = [
     "plan_run",
     "profile",
     "profile_table",
+    "prefer_sleeping_threads",
     "progress_bar",
     "prune",
     "prune_report_path",

@@ -233,7 +233,7 @@ def progress() -> Progress:
 def main() -> None:
     """Console entry point. Compute threads sleep when idle (`runtime.threads`): set before
     any command imports torch."""
-    from clearsight.runtime.threads import prefer_sleeping_threads
+    from clearsight.api import prefer_sleeping_threads
 
     prefer_sleeping_threads()
     try:

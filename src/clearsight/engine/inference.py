@@ -35,7 +35,7 @@ from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
-from clearsight.runtime.ort_backend import BACKENDS
+from clearsight.runtime.ort_backend import BACKENDS, ort_precision
 from clearsight.tiling import Progress, tiled_apply
 from clearsight.zoo import PRECISIONS
 
@@ -464,8 +464,7 @@ class Restorer:
         a Restorer per request), when this model runs on ONNX Runtime fp32 at a size where
         the shipped table measured torch clearly faster (RESCAN at 1024x1024: its tiles and
         whole-image statistics pass compute 1.6x the pixels)."""
-        info = getattr(self.model, "export_info", {})
-        if not self.warn_if_slower or str(info.get("precision", "fp32")) != "fp32":
+        if not self.warn_if_slower or (ort_precision(self.model) or "fp32") != "fp32":
             return
         why = slower_than_torch(self.loaded.config.architecture, height, width)
         said = f"{self.loaded.source}: {why}"

@@ -445,3 +445,11 @@ def check_backend(name: str) -> str:
     if name not in BACKENDS:
         raise ClearsightError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
     return name
+
+
+def ort_precision(model: object) -> str | None:
+    """The precision an ONNX Runtime model was exported at (fp32, fp16, int8); None for a
+    PyTorch model."""
+    if not isinstance(model, OrtModel):
+        return None
+    return str(model.export_info.get("precision", "fp32"))
