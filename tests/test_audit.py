@@ -219,3 +219,25 @@ def test_audit_cli_fails_on_a_broken_artifact(monkeypatch: pytest.MonkeyPatch) -
     )
     res = CliRunner().invoke(app, ["audit", "anything"])
     assert res.exit_code == 1 and "FAIL" in res.output and "check(s) failed" in res.output
+
+
+def test_gradient_flow_waits_one_step_for_zero_initialised_scales() -> None:
+    """A residual branch behind a scale initialised to zero (NAFNet's beta and gamma) gets
+    its gradient after the first step; a branch cut off for good is still named."""
+    from clearsight.model_audit import check_gradient_flow
+
+    class Scaled(nn.Module):
+        def __init__(self, dead: bool) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+            self.beta = nn.Parameter(torch.zeros(1, 3, 1, 1))
+            self.dead = dead
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            branch = self.conv(x) * (0.0 if self.dead else 1.0)
+            return x + branch * self.beta
+
+    x = torch.rand(2, 3, 8, 8)
+    assert check_gradient_flow(Scaled(dead=False), x).passed
+    result = check_gradient_flow(Scaled(dead=True), x)
+    assert not result.passed and "conv.weight" in result.details

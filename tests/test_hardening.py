@@ -324,7 +324,7 @@ def test_every_registered_architecture_passes_every_audit_check():
 
     failed = {}
     for spec in list_specs():
-        report = audit(spec.name, size=16)
+        report = audit(spec.name)  # the default 32: ESDNet's forward takes multiples of 32
         failed.update({f"{spec.name}: {c.name}": c.details for c in report.failed()})
     assert not failed, failed
 

@@ -153,8 +153,18 @@ def check_gradient_flow(model: nn.Module, x: torch.Tensor) -> CheckResult:
     model.train()
     model.zero_grad(set_to_none=True)
     _loss(model(x)).backward()
-    none, bad, zero = [], [], []
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if any(p.grad is not None and not p.grad.abs().sum() > 0 for _, p in params):
+        # Residual scales initialised to zero (NAFNet's beta and gamma, layer scale) hold
+        # back every gradient behind them until the first step moves them: judge the
+        # gradient after one plain SGD step, as a training run would see it.
+        with torch.no_grad():
+            for _, p in params:
+                if p.grad is not None and torch.isfinite(p.grad).all():
+                    p -= 1e-2 * p.grad
+        model.zero_grad(set_to_none=True)
+        _loss(model(x)).backward()
+    none, bad, zero = [], [], []
     for n, p in params:
         if p.grad is None:
             none.append(n)
