@@ -22,6 +22,7 @@ from clearsight.api.compress import (
 )
 from clearsight.api.data import (
     check_data,
+    synth_coco,
     synth_moire,
     synth_moire_video,
     synth_rain,
@@ -89,6 +90,7 @@ _LAZY: dict[str, str] = {
     "Restorer": "clearsight.engine.inference:Restorer",
     "InferenceOptions": "clearsight.engine.inference:InferenceOptions",
     "Detector": "clearsight.engine.detector:Detector",
+    "Pipeline": "clearsight.engine.pipeline:Pipeline",
     "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
     "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
     "FailuresCsvError": "clearsight.runtime.failures:FailuresCsvError",
@@ -105,6 +107,7 @@ if TYPE_CHECKING:
     from clearsight.engine.detector import Detector
     from clearsight.engine.evaluate import EvalResult
     from clearsight.engine.inference import InferenceOptions, Restorer
+    from clearsight.engine.pipeline import Pipeline
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
     from clearsight.engine.restore_train import OVERFIT_MARGIN
     from clearsight.progress import progress_bar
@@ -127,6 +130,7 @@ __all__ = [
     "FailuresCsvError",
     "Family",
     "InferenceOptions",
+    "Pipeline",
     "Quantized",
     "RestoreRun",
     "RestoredFile",
@@ -171,6 +175,7 @@ __all__ = [
     "run_videos",
     "serve",
     "split_media",
+    "synth_coco",
     "synth_moire",
     "synth_moire_video",
     "synth_rain",

@@ -26,16 +26,23 @@ def evaluate_detection(
     device: str = "cpu",
     on_start: Callable[[int], None] | None = None,
     on_image: Callable[[int, Any], None] | None = None,
+    restore: str | None = None,
 ) -> DetectionEvalResult:
     """COCO bbox AP (AP, AP50, AP75, APs/m/l, per class) and per-image rows of the detector
-    `model` on the COCO-format folder `data` (`annotations/instances_*.json` + images)."""
+    `model` on the COCO-format folder `data` (`annotations/instances_*.json` + images).
+    `restore` (a restoration model reference, "auto" or "auto:REF") scores the chain:
+    each image restored in memory, then detected (`engine.pipeline.Pipeline`)."""
     from clearsight.engine.detect_evaluate import evaluate_coco_set
     from clearsight.engine.detector import Detector
 
     detector = Detector.from_pretrained(str(model), device=device)
-    return evaluate_coco_set(
-        detector, data, model_name=str(model), on_start=on_start, on_image=on_image
-    )
+    name = str(model)
+    if restore is not None:
+        from clearsight.engine.pipeline import Pipeline
+
+        detector = Pipeline.around(detector, restore)
+        name = f"{restore} -> {model}"
+    return evaluate_coco_set(detector, data, model_name=name, on_start=on_start, on_image=on_image)
 
 
 def evaluate(
