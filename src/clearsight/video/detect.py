@@ -173,13 +173,19 @@ def _records(dets: Any, ids: list[int | None] | None) -> list[dict[str, Any]]:
     return out
 
 
-def _video_restorer(restore: str, device: Any) -> tuple[Any, bool]:
-    """(window runner, gated) for a `--restore` value on videos: a video model (S2VD) runs
-    by windows, an image model frame by frame (`engine.video_window.video_model`)."""
+def _video_restorer(restore: Any, device: Any) -> tuple[Any, bool]:
+    """(window runner, gated) for a `--restore` value on videos (or a loaded restoration
+    model, not gated): a video model (S2VD) runs by windows, an image model frame by frame
+    (`engine.video_window.video_model`)."""
+    from clearsight.artifact import LoadedModel
     from clearsight.engine.pipeline import check_restore_model, parse_restore
     from clearsight.engine.video_window import video_model
     from clearsight.zoo import resolve_model
 
+    if isinstance(restore, LoadedModel):
+        if restore.is_detector:
+            raise OptionError("restore", f"{restore.source} is a detector, not a restorer")
+        return video_model(restore, device=device), False
     ref, gated = parse_restore(restore)
     check_restore_model(ref, video=True)
     return video_model(resolve_model(ref, device=device), device=device), gated
@@ -235,8 +241,9 @@ def detect_video(
     progress: bool = False,
     on_start: Callable[[int | None], None] | None = None,
     on_frame: Callable[[int, float], None] | None = None,
-    restore: str | None = None,
+    restore: Any = None,
     save_restored: str | Path | None = None,
+    restore_gated: bool = False,
 ) -> VideoDetectResult:
     """Detect objects in every frame of `source` (a video, or a folder of numbered frames at
     `fps`) with `detector` (an `engine.detector.Detector`, or a model reference for
@@ -253,7 +260,8 @@ def detect_video(
     `restore` (a restoration model reference, "auto" or "auto:REF") restores the frames
     first, a video model by windows, an image model frame by frame, as `derain` does; the
     boxes are drawn on the input frames, and `save_restored` keeps what the detector saw as
-    numbered PNGs in `save_restored/<stem>/`.
+    numbered PNGs in `save_restored/<stem>/`. A loaded model as `restore` runs on every
+    frame, or, with `restore_gated`, only if the first frame looks rainy.
     """
     threshold = _check_threshold(score_threshold)
     check_whole_number("batch_size", batch_size)
@@ -274,6 +282,7 @@ def detect_video(
     runner, gated = (None, False)
     if restore is not None:
         runner, gated = _video_restorer(restore, getattr(detector, "device", "cpu"))
+        gated = gated or restore_gated
     elif save_restored is not None:
         raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
     seen_dir = Path(save_restored) / stem if save_restored is not None else None
