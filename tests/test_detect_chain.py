@@ -277,3 +277,34 @@ def test_a_detection_job_takes_a_served_restorer(tmp_path: Path) -> None:
         assert lines[0] == lines[1] and lines[0]
         refused = submit(client, clip, "ssd", restore="ssd")
         assert refused.status_code == 422 and "restore" in refused.json()["error"]
+
+
+def test_the_chain_report_shows_clean_rainy_and_restored(tmp_path: Path) -> None:
+    _tiny_coco(tmp_path / "coco")
+    res = CliRunner().invoke(
+        app, ["synth", "rain", "--coco", str(tmp_path / "coco"), "-o", str(tmp_path / "rain")]
+    )
+    assert res.exit_code == 0, res.output
+    page = tmp_path / "r.html"
+    res = CliRunner().invoke(
+        app, ["eval", "--model", "default-detect", "--data", str(tmp_path / "rain"),
+              "--restore", "identity", "--report", str(page), "--report-k", "2"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    html = page.read_text()
+    assert "identity -&gt; default-detect" in html or "identity -> default-detect" in html
+    assert html.count(">clean<") >= 2 and html.count(">ground truth<") >= 2
+
+
+def test_detection_thumbs_draw_predictions_on_what_the_detector_saw() -> None:
+    from clearsight.report.detection import detection_thumbs
+
+    img = np.zeros((40, 60, 3), np.uint8)
+    seen = np.full((40, 60, 3), 200, np.uint8)
+    pred = [{"bbox": [5, 5, 10, 10], "category_id": 1, "score": 0.9}]
+    plain = detection_thumbs(img, [], pred, {1: "person"})
+    chained = detection_thumbs(img, [], pred, {1: "person"}, seen=seen, clean=img)
+    assert list(plain) == ["ground truth", "predictions", "both"]
+    assert list(chained) == ["clean", "ground truth", "predictions", "both"]
+    assert chained["predictions"] != plain["predictions"]  # drawn on the restored image
+    assert chained["ground truth"] == plain["ground truth"]  # the input, as before

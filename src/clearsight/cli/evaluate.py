@@ -77,7 +77,7 @@ def _eval_detection(
     if report is not None:
         from clearsight.api import write_detection_report
 
-        path = write_detection_report(report, result, model, data, k=k)
+        path = write_detection_report(report, result, model, data, k=k, restore=restore)
         console.print(f"wrote report {path}", highlight=False)
 
 
