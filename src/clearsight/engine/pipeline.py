@@ -112,6 +112,7 @@ class Pipeline(Detector):
         """The rain score of each image of the last call (None where not gated)."""
         self.last_restored: list[bool] = []
         """Whether each image of the last call was restored."""
+        self._out_root: Path | None = None  # `detect_files`' folder, while it runs
 
     @classmethod
     def from_pretrained(  # type: ignore[override]
@@ -216,7 +217,7 @@ class Pipeline(Detector):
             self._out_root = None
 
     def _relative(self, dst: Path) -> Path:
-        root = getattr(self, "_out_root", None)
+        root = self._out_root
         if root is not None and dst.is_relative_to(root):
             return dst.relative_to(root)
         return Path(dst.name)
