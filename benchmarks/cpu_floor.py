@@ -2,7 +2,7 @@
 
     python benchmarks/cpu_floor.py [--size 1024] [--runs 5] [--threads N] [--json FILE]
 
-Issue 7's speed targets (1024x1024: RESCAN <= 3.0 s, MBCNN <= 6.0 s) were set from a quoted
+The project's speed targets (1024x1024: RESCAN <= 3.0 s, MBCNN <= 6.0 s) were set from a quoted
 kernel peak of about 460 GFLOP/s. This script measures what the kernels actually reach here,
 side by side in one run:
 
@@ -37,7 +37,7 @@ from clearsight.models.registry import build_model
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _tables import median_time, print_table  # noqa: E402 - beside this script
 
-QUOTED_PEAK_GFLOPS = 460.0  # docs/architecture.md §5.4: the figure issue 7's targets came from
+QUOTED_PEAK_GFLOPS = 460.0  # docs/architecture.md §5.4: the figure the speed targets came from
 TARGETS_S = {"rescan": 3.0, "mbcnn": 6.0, "mbcnn-light": 6.0}
 
 

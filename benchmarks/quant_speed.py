@@ -7,7 +7,7 @@
 For each model: the fp32 ONNX export and its int8 version from `compress quantize`
 (static, QDQ, per-channel, minmax, output path in fp32) run one after the other in this
 process through the same `Restorer` as `restore`; latency is the median of `--runs` after a
-warm-up, at each square size (the issue's target: >= 1.7x at 1024x1024). PSNR is scored
+warm-up, at each square size (the target: >= 1.7x at 1024x1024). PSNR is scored
 under the model's own preset on benchmark pairs it was not calibrated on:
 
 * default-derain (RESCAN): calibrated on synthetic rain (`clearsight synth rain`, light

@@ -3,11 +3,13 @@
     python benchmarks/restore_speed.py [--sizes 512 1024] [--runs 3] [--threads N]
                                        [--calibration-images 4] [--untiled] [--no-demoire]
                                        [--no-memory] [--write-table] [--json FILE]
+                                       [--paths torch 'onnxruntime fp32' ...]
 
 One run on one machine, so the ratios hold from machine to machine (the seconds do not):
 
-* `official`: the official RESCAN code (`../shared/peers/rescan_official`, MIT, unchanged;
-  skipped with a message where that folder is absent), fp32, `x - model(x)[-1]` under
+* `official`: the official RESCAN code (`../shared/peers/rescan_official`, or
+  `$CLEARSIGHT_RESCAN_SOURCE`; MIT, unchanged; skipped with a message where that folder is
+  absent), fp32, `x - model(x)[-1]` under
   `torch.no_grad`, with default-derain's trained weights loaded into it (the parameter
   names differ only in `rnns`/`dec` against `units`/`decoder`);
 * `torch`: clearsight's `Restorer` on default-derain with its defaults (what `restore
@@ -19,11 +21,15 @@ One run on one machine, so the ratios hold from machine to machine (the seconds 
 * `fp32 floor`: `cpu_floor.py`'s bound, RESCAN's MACs at the best fp32 kernel rate
   measured here in the same run.
 
-`--untiled` adds each clearsight path with `--tile 0`. Input: the first BSDS background
-with synthetic rain, resized to each square size (random where the data is absent); every
-path's output is compared with the official one (max |diff|, PSNR in dB). `--no-demoire`
-drops default-demoire (mbcnn-light, torch against onnxruntime fp32), which `--write-table`
-needs for `backend auto`.
+`--paths` times only the named paths (and skips the floor): `onnxruntime fp32 NCHWc` is the
+ONNX Runtime session as it was before RESCAN's sessions left out the NCHWc layout pass and
+kept the arena between tiles, for a before/after comparison in one run
+(`docs/export.md#onnx-runtime-backend`). `--untiled` adds each clearsight path with
+`--tile 0`. Input: the first BSDS background (`derain/bsds_clean` of `../shared/data` or
+`$CLEARSIGHT_SHARED_DATA`) with synthetic rain, resized to each square size (random where
+the data is absent); every path's output is compared with the official one (max |diff|,
+PSNR in dB). `--no-demoire` drops default-demoire (mbcnn-light, torch
+against onnxruntime fp32), which `--write-table` needs for `backend auto`.
 
 Timing: each path runs once (warm-up, and its output), then `--runs` rounds in which every
 path runs once in turn (interleaved, so a change in the machine's load hits all paths
@@ -64,9 +70,11 @@ from _tables import print_table  # noqa: E402 - beside this script
 from cpu_floor import floor_seconds, isa_flags, kernel_rates  # noqa: E402 - beside this script
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-OFFICIAL_DIR = SHARED / "peers" / "rescan_official"
-BSDS = SHARED / "data" / "derain" / "bsds_clean"
+SHARED = ROOT.parent / "shared"  # beside the checkout; or the folders named by the variables
+OFFICIAL_DIR = Path(
+    os.environ.get("CLEARSIGHT_RESCAN_SOURCE", SHARED / "peers" / "rescan_official")
+)
+BSDS = Path(os.environ.get("CLEARSIGHT_SHARED_DATA", SHARED / "data")) / "derain" / "bsds_clean"
 TABLE = ROOT / "src" / "clearsight" / "assets" / "backend_table.json"
 DERAIN, DEMOIRE = "default-derain", "default-demoire"
 
@@ -96,7 +104,10 @@ def _official_restore(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return (x - net(x)[-1]).clamp(0.0, 1.0)
 
 
-def _restorer(model: Any, tile: int | None = None) -> Any:
+def _restorer(model: Any, tile: int | None = None, blocked_layout: bool | None = None) -> Any:
+    """`Restorer` on `model` (a bundled name, or an .onnx path run by ONNX Runtime).
+    `blocked_layout=True`: the ONNX Runtime session as it was before RESCAN's sessions
+    left out the NCHWc pass and kept the arena between tiles (for a before/after row)."""
     from clearsight.artifact import LoadedModel
     from clearsight.engine.inference import InferenceOptions, Restorer
     from clearsight.runtime.ort_backend import load_onnx
@@ -104,7 +115,9 @@ def _restorer(model: Any, tile: int | None = None) -> Any:
 
     opts = InferenceOptions(tile=tile, backend="torch")
     if isinstance(model, Path):  # an .onnx file: its own config (ONNX Runtime)
-        return Restorer(load_onnx(model), opts)
+        restorer = Restorer(load_onnx(model, blocked_layout=blocked_layout), opts)
+        restorer.model.shrink_every_tile = bool(blocked_layout)
+        return restorer
     loaded = model if isinstance(model, LoadedModel) else resolve_model(model)
     return Restorer(loaded, opts)
 
@@ -182,8 +195,10 @@ def _builders(files: dict[str, str]) -> dict[str, Callable[[], Run]]:
         assert net is not None
         return lambda x: _official_restore(net, x)
 
-    def restorer(model: Any, tile: int | None = None) -> Callable[[], Run]:
-        return lambda: _restorer(model, tile).restore
+    def restorer(
+        model: Any, tile: int | None = None, blocked: bool | None = None
+    ) -> Callable[[], Run]:
+        return lambda: _restorer(model, tile, blocked).restore
 
     out: dict[str, Callable[[], Run]] = {}
     if (OFFICIAL_DIR / "model.py").is_file():
@@ -194,6 +209,8 @@ def _builders(files: dict[str, str]) -> dict[str, Callable[[], Run]]:
         if kind in files:
             out[f"onnxruntime {kind}"] = restorer(Path(files[kind]))
             out[f"onnxruntime {kind} untiled"] = restorer(Path(files[kind]), 0)
+    if "fp32" in files:  # the session as it was before the NCHWc pass was left out for RESCAN
+        out["onnxruntime fp32 NCHWc"] = restorer(Path(files["fp32"]), None, True)
     out["demoire torch"] = restorer(DEMOIRE)
     if "demoire" in files:
         out["demoire onnxruntime fp32"] = restorer(Path(files["demoire"]))
@@ -204,12 +221,18 @@ def time_interleaved(runs: dict[str, Run], x: torch.Tensor, rounds: int) -> dict
     """Warm-up (and output) of every path, then `rounds` rounds of one call each in turn."""
     outputs = {name: run(x) for name, run in runs.items()}
     times: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, run in runs.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             run(x)
             times[name].append(time.perf_counter() - t0)
-    return {"median": {n: statistics.median(t) for n, t in times.items()}, "outputs": outputs}
+            cpu[name].append(time.process_time() - c0)
+    return {
+        "median": {n: statistics.median(t) for n, t in times.items()},
+        "cpu": {n: statistics.median(t) for n, t in cpu.items()},
+        "outputs": outputs,
+    }
 
 
 def _cpu() -> str:
@@ -267,6 +290,12 @@ def main() -> None:
     ap.add_argument("--no-demoire", action="store_true", help="RESCAN rows only.")
     ap.add_argument("--no-memory", action="store_true", help="Skip the peak-memory probes.")
     ap.add_argument("--write-table", action="store_true", help="Write the backend auto table.")
+    ap.add_argument(
+        "--paths",
+        nargs="+",
+        default=None,
+        help="Only these paths (e.g. torch 'onnxruntime fp32' 'onnxruntime fp32 NCHWc').",
+    )
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--probe", help=argparse.SUPPRESS)
     ap.add_argument("--files", default="{}", help=argparse.SUPPRESS)
@@ -275,8 +304,8 @@ def main() -> None:
     if args.probe:
         _probe(args.probe, args.sizes[0], json.loads(args.files))
         return
-    if args.write_table and args.no_demoire:
-        ap.error("--write-table needs the demoire rows (drop --no-demoire)")
+    if args.write_table and (args.no_demoire or args.paths):
+        ap.error("--write-table needs every default path (drop --no-demoire and --paths)")
     warnings.simplefilter("ignore")  # export tracing chatter; speed and memory only
     loads = [os.getloadavg()[0]]
     print(
@@ -292,15 +321,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="restore-speed-") as tmp_dir:
         tmp = Path(tmp_dir)
         files: dict[str, str] = {}
-        fp32, int8 = _quantize(resolve_model(DERAIN), args.calibration_images, tmp)
+        if args.paths and not any("int8" in n for n in args.paths):
+            fp32, int8 = _fp32_onnx(resolve_model(DERAIN)), None
+        else:
+            fp32, int8 = _quantize(resolve_model(DERAIN), args.calibration_images, tmp)
         for kind, data in (("fp32", fp32), ("int8", int8)):
+            if data is None:
+                continue
             (tmp / f"{kind}.onnx").write_bytes(data)
             files[kind] = str(tmp / f"{kind}.onnx")
-        if not args.no_demoire:
+        if not args.no_demoire and (not args.paths or any("demoire" in n for n in args.paths)):
             (tmp / "demoire.onnx").write_bytes(_fp32_onnx(resolve_model(DEMOIRE)))
             files["demoire"] = str(tmp / "demoire.onnx")
         builders = _builders(files)
         names = [n for n in builders if args.untiled or not n.endswith("untiled")]
+        names = [n for n in names if n != "onnxruntime fp32 NCHWc" or args.paths]
+        if args.paths:
+            unknown = sorted(set(args.paths) - set(builders))
+            if unknown:
+                ap.error(f"unknown --paths {unknown}; known: {', '.join(builders)}")
+            names = [n for n in builders if n in args.paths]
         if args.no_demoire:
             names = [n for n in names if not n.startswith("demoire")]
 
@@ -311,15 +351,17 @@ def main() -> None:
                 mem[name] = memory(name, big, args.threads, files)
                 print(f"memory {name}: {mem[name]['peak_mb'] - mem[name]['base_mb']:.0f} MB")
 
-        kernels = kernel_rates(big, args.runs, args.threads)
-        best = max(g for _, g in kernels)
+        # the compute floor (skipped with --paths: a quick side-by-side of chosen paths)
+        kernels = [] if args.paths else kernel_rates(big, args.runs, args.threads)
+        best = max((g for _, g in kernels), default=None)
         runs = {name: builders[name]() for name in names}
         results: dict[int, dict[str, float]] = {}
+        cpu_s: dict[int, dict[str, float]] = {}
         diffs: dict[int, dict[str, tuple[float, float]]] = {}
         for size in args.sizes:
             x = test_image(size)
             r = time_interleaved(runs, x, args.runs)
-            results[size] = r["median"]
+            results[size], cpu_s[size] = r["median"], r["cpu"]
             ref = r["outputs"].get("official")
             diffs[size] = {}
             for name, y in r["outputs"].items():
@@ -332,9 +374,10 @@ def main() -> None:
     for size in args.sizes:
         med = results[size]
         off = med.get("official")
-        _, floor_s = floor_seconds("rescan", size, best)
-        rows.append([f"{size}", "fp32 floor", f"{floor_s:.2f}", _ratio(off, floor_s), "1.00x"])
-        rows[-1] += ["-", "-", "-"]
+        floor_s = None if best is None else floor_seconds("rescan", size, best)[1]
+        if floor_s is not None:
+            rows.append([f"{size}", "fp32 floor", f"{floor_s:.2f}", _ratio(off, floor_s)])
+            rows[-1] += ["1.00x", "-", "-", "-"]
         for name in names:
             if name.startswith("demoire"):
                 continue
@@ -354,12 +397,12 @@ def main() -> None:
          "official", "PSNR vs official", f"peak MB at {big}"],
         rows,
     )  # fmt: skip
-    if not args.no_demoire:
+    if any(n.startswith("demoire") for n in names):
         demo = []
         for size in args.sizes:
             med = results[size]
             t, o = med.get("demoire torch"), med.get("demoire onnxruntime fp32")
-            _, floor_s = floor_seconds("mbcnn-light", size, best)
+            floor_s = None if best is None else floor_seconds("mbcnn-light", size, best)[1]
             for name in ("demoire torch", "demoire onnxruntime fp32"):
                 if name in med:
                     peak = mem.get(name) if size == big else None
@@ -379,11 +422,19 @@ def main() -> None:
         med = results[size]
         ratio = _ratio(med.get("onnxruntime fp32"), med.get("onnxruntime int8"))
         int8_line.append(f"{size}: {ratio}")
-    print(f"onnxruntime int8 speed-up over its fp32: {', '.join(int8_line)}")
-    print(
-        f"best fp32 kernel here {best:.0f} GFLOP/s ({max(kernels, key=lambda k: k[1])[0]}); "
-        f"load average {loads[0]:.2f} at start, {os.getloadavg()[0]:.2f} at the end"
-    )
+    if "onnxruntime int8" in names:
+        print(f"onnxruntime int8 speed-up over its fp32: {', '.join(int8_line)}")
+    for size in args.sizes:  # wall and CPU seconds (all threads) against torch's
+        t_wall, t_cpu = results[size].get("torch"), cpu_s[size].get("torch")
+        vs = [
+            f"{n} {_ratio(results[size][n], t_wall)} (CPU {_ratio(cpu_s[size][n], t_cpu)})"
+            for n in names
+            if n.startswith("onnxruntime")
+        ]
+        print(f"{size}: path / torch: {'; '.join(vs)}")
+    if best is not None:
+        print(f"best fp32 kernel here {best:.0f} GFLOP/s ({max(kernels, key=lambda k: k[1])[0]})")
+    print(f"load average {loads[0]:.2f} at start, {os.getloadavg()[0]:.2f} at the end")
     if args.write_table:
         print(f"backend auto table written to {write_table(results, loads, args.threads)}")
     if args.json:
@@ -393,6 +444,7 @@ def main() -> None:
             "load_average": loads,
             "best_gflops": best,
             "median_s": {str(k): v for k, v in results.items()},
+            "median_cpu_s": {str(k): v for k, v in cpu_s.items()},
             "vs_official": {str(k): v for k, v in diffs.items()},
             "memory": mem,
         }

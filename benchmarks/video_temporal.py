@@ -1,5 +1,5 @@
 """Demoiré with `--temporal` on a synthetic moiré video: per frame against the flow-guided
-blend, the tone smoothing, and both (issue #51's target: warping error down at least 30%
+blend, the tone smoothing, and both (the target: warping error down at least 30%
 against per frame, PSNR down at most 0.1 dB).
 
     python benchmarks/video_temporal.py [--photo examples/coffee.jpg] [--frames 40]

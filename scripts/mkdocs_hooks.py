@@ -153,9 +153,20 @@ def bundled_cards() -> dict[str, Path]:
     return {p.parent.name: p for p in sorted(MODELS.glob("*/MODEL_CARD.md"))}
 
 
+def strip_front_matter(text: str) -> str:
+    """A card's Markdown without its YAML front matter (the Hugging Face metadata block
+    between `---` lines at the top), which the site does not show."""
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end != -1:
+            return text[end + 5 :]
+    return text
+
+
 def card_page(card: Path, page_uri: str) -> str:
-    """A model card as a site page at `page_uri`: links into docs/ point at the site's copy;
-    links elsewhere in the repository become the repository path (the site does not hold it)."""
+    """A model card as a site page at `page_uri`, without its front matter: links into docs/
+    point at the site's copy; links elsewhere in the repository become the repository path
+    (the site does not hold it)."""
     page_dir = posixpath.dirname(page_uri)
 
     def rewrite(m: re.Match[str]) -> str:
@@ -174,7 +185,7 @@ def card_page(card: Path, page_uri: str) -> str:
 
     source = card.relative_to(ROOT).as_posix()
     note = f"\n\n*This page is the model card shipped with the model, `{source}`.*\n"
-    text = _LINK.sub(rewrite, card.read_text(encoding="utf-8"))
+    text = _LINK.sub(rewrite, strip_front_matter(card.read_text(encoding="utf-8")))
     first, _, rest = text.partition("\n")
     return f"{first}{note}\n{rest}"
 

@@ -1,6 +1,6 @@
 """Small Paddle (paddle.nn) versions of the architectures `clearsight import paddle` reads,
 with the Paddle ports' names (docs/paddle.md), for the import tests. Import only after
-`pytest.importorskip("paddle")`.
+`tests.optional.need("paddle")`.
 
 Each computes the same function as its clearsight module on the same weights, written the
 Paddle way (BatchNorm2D kept, Linear weights [in, out], the MBCNN baseline's Keras-layout

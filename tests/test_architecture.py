@@ -38,6 +38,7 @@ RANKS: dict[str, int] = {
     "out_paths": 0,
     "losses": 0,
     "io": 1,
+    "hub": 1,  # hf:// references through huggingface_hub
     "models": 1,
     "metrics": 2,
     "measure": 2,
@@ -45,6 +46,7 @@ RANKS: dict[str, int] = {
     "data": 3,
     "onnx_meta": 3,
     "runtime": 4,
+    "output_plan": 4,  # one output plan for every command (io, runtime.failures, atomic)
     "zoo": 5,
     "detection": 6,
     "export": 7,

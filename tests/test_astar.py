@@ -23,6 +23,7 @@ from clearsight.detection.astar import (
 from clearsight.detection.coco_classes import COCO_IDS
 from clearsight.measure.madds import count_madds
 from clearsight.models.registry import build_model
+from tests.optional import need
 
 # (box a, box b, true IoU, the contest's IoU with +1 on widths and heights)
 WORKED = [
@@ -192,6 +193,7 @@ def test_adapter_folds_the_contest_preprocessing_into_the_first_conv():
 @pytest.mark.realdata
 def test_astar_score_on_a_few_real_images(shared_data: Path, tmp_path: Path):
     """End to end on 8 images of coco_mini_val with the converted SSD (a smoke check)."""
+    need("tflite")
     from clearsight.convert.tflite_ssd import convert_tflite_ssd
     from clearsight.detection.astar import astar_score
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import warnings
 
 import pytest
 import torch
@@ -118,6 +119,97 @@ def test_cli_default_is_auto_and_help_and_docs_say_so():
     for command in ("restore", "derain", "demoire"):
         text = " ".join(CliRunner().invoke(app, [command, "--help"]).output.split())
         assert re.search(r"--backend .*auto \(the default\)", text), command
-    # the options guide holds what README's command table said (issue #53 moved it there)
+    # the options guide holds what README's command table said (moved there from README)
     guide = (REPO_ROOT / "docs" / "guides" / "options.md").read_text(encoding="utf-8")
     assert "--backend auto" in guide and "restore_speed.py --write-table" in guide
+
+
+def test_onnxruntime_by_name_warns_where_torch_was_measured_faster(tmp_path, monkeypatch):
+    from clearsight.engine.backend_table import SlowerBackendWarning, slower_than_torch
+    from clearsight.export.onnx import to_onnxruntime
+
+    path = tmp_path / "table.json"
+    slow = {
+        "cpu": "test CPU",
+        "architectures": {"rescan": {"64": {"torch": 1.0, "onnxruntime": 2.4}}},
+    }
+    path.write_text(json.dumps(slow))
+    monkeypatch.setattr(backend_table, "TABLE_PATH", path)
+    why = slower_than_torch("rescan", 40, 48)
+    assert why is not None and "2.4x slower than torch near 64x64" in why and "test CPU" in why
+    assert slower_than_torch("rescan", 40, 48, margin=3.0) is None  # within the margin
+    assert slower_than_torch("mbcnn", 40, 48) is None  # nothing measured
+
+    x = torch.rand(1, 3, 40, 48, generator=torch.Generator().manual_seed(0))
+    ort = Restorer(to_onnxruntime(_tiny_rescan()), InferenceOptions(backend="onnxruntime"))
+    with pytest.warns(SlowerBackendWarning, match="2.4x slower than torch"):
+        ort.restore(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SlowerBackendWarning)
+        ort.restore(x)  # said once, not once per image
+
+        # auto never warns: it runs torch here, and ONNX Runtime only where it is faster
+        Restorer(_tiny_rescan(), InferenceOptions(backend="auto")).restore(x)
+        fast = {"architectures": {"rescan": {"64": {"torch": 2.0, "onnxruntime": 1.0}}}}
+        path.write_text(json.dumps(fast))
+        auto = Restorer(_tiny_rescan(), InferenceOptions(backend="auto"))
+        auto.restore(x)
+        assert auto.last_backend.backend == "onnxruntime"
+        Restorer(to_onnxruntime(_tiny_rescan()), InferenceOptions(backend="onnxruntime")).restore(x)
+
+
+def _conv_graph(into_split: bool):
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(torch.rand(6, 2, 3, 3).numpy(), "w")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1])]
+    if into_split:  # RESCAN's fused gates: one conv, then its channels split three ways
+        nodes.append(helper.make_node("Split", ["c"], ["a", "b", "y"], axis=1, num_outputs=3))
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])
+    else:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8, 8])
+    graph = helper.make_graph(nodes, "g", [x], [y], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_nchwc_pass_is_left_out_where_convolutions_feed_splits():
+    from clearsight.runtime.ort_backend import NCHWC, _disabled_passes, blocked_layout_pays
+
+    assert not blocked_layout_pays(_conv_graph(True).graph)
+    assert blocked_layout_pays(_conv_graph(False).graph)
+    assert _disabled_passes(_conv_graph(True).SerializeToString()) == [NCHWC]
+    assert _disabled_passes(b"not onnx") == []  # the session says what is wrong with it
+
+    from clearsight.export.onnx import to_onnxruntime
+
+    ort = to_onnxruntime(_tiny_rescan()).model  # exported, parity-checked (1e-4) as it runs
+    assert _disabled_passes(ort.model_data) == [NCHWC]
+
+
+def test_restore_cli_prints_the_slower_backend_warning(tmp_path, monkeypatch):
+    import numpy as np
+    from PIL import Image
+
+    from clearsight.artifact import save_artifact
+
+    path = tmp_path / "table.json"
+    slow = {
+        "cpu": "test CPU",
+        "architectures": {"rescan": {"32": {"torch": 1.0, "onnxruntime": 2.5}}},
+    }
+    path.write_text(json.dumps(slow))
+    monkeypatch.setattr(backend_table, "TABLE_PATH", path)
+    lm = _tiny_rescan()
+    model_dir = save_artifact(lm.model, tmp_path / "model", lm.config)
+    img = tmp_path / "in" / "a.png"
+    img.parent.mkdir()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 28, 3), np.uint8)).save(img)
+    args = ["restore", str(img), "--model", str(model_dir), "-o", str(tmp_path / "out")]
+    r = CliRunner().invoke(app, [*args, "--backend", "onnxruntime"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "warning:" in text and "2.5x slower than torch near 32x32" in text
+    r = CliRunner().invoke(app, [*args, "--backend", "auto", "--overwrite"])
+    assert r.exit_code == 0 and "slower than torch" not in r.output, r.output

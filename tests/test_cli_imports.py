@@ -1,4 +1,4 @@
-"""The CLI mirrors the API (#50): every command parses its arguments, calls `clearsight.api`
+"""The CLI mirrors the API: every command parses its arguments, calls `clearsight.api`
 and prints; restore, derain and demoire share one body.
 
 Every module of `src/clearsight/cli` is read with `ast`, imports at module level, inside

@@ -103,8 +103,10 @@ def test_synth_rain_video_writes_numbered_pairs_for_eval_video(tmp_path: Path) -
               "light", "--max-frames", "4"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert sorted(p.name for p in (out / "rain").iterdir()) == [f"{i:06d}.png" for i in range(1, 5)]
-    assert sorted(p.name for p in (out / "clean").iterdir()) == [
+    assert sorted(p.name for p in (out / "rain").glob("[!.]*")) == [
+        f"{i:06d}.png" for i in range(1, 5)
+    ]
+    assert sorted(p.name for p in (out / "clean").glob("[!.]*")) == [
         f"{i:06d}.png" for i in range(1, 5)
     ]
     scored = runner.invoke(app, ["eval", "--video", "--model", "identity", "--data", str(out)])

@@ -134,7 +134,7 @@ def test_detector_maps_boxes_to_image_pixels_and_labels_to_dataset_ids():
         {"image_id": 5, "category_id": 90, "bbox": [0.0, 0.0, 64.0, 32.0], "score": 0.9}
     ]
     assert len(_fixed_detector().detect(np.zeros((8, 8, 3), np.uint8), score_threshold=0.95)) == 0
-    with pytest.raises(ClearsightError, match="score-threshold"):
+    with pytest.raises(ClearsightError, match=r"score_threshold: must be in \[0, 1\]"):
         _fixed_detector().detect(np.zeros((8, 8, 3), np.uint8), score_threshold=2.0)
 
 

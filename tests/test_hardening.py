@@ -160,7 +160,8 @@ def test_unknown_errors_say_internal_error_and_point_to_debug(tmp_path, monkeypa
     monkeypatch.setattr(zoo, "resolve_model", boom)
     img = tmp_path / "x.png"
     Image.fromarray(random_image(8, 8)).save(img)
-    res = runner.invoke(app, ["restore", "--model", "identity", str(img), "-o", str(tmp_path)])
+    out = tmp_path / "out"  # not the input's folder: the plan refuses that before the model
+    res = runner.invoke(app, ["restore", "--model", "identity", str(img), "-o", str(out)])
     text = _handled(res)
     assert "internal error" in text and "--debug" in text and "KeyError" in text
 
@@ -375,7 +376,7 @@ def test_eval_and_export_skip_existing_outputs(tmp_path):
 
 
 def test_onnx_graft_without_padding_fails_the_file_not_the_size(tmp_path):
-    """The issue's reproduction: clearsight's metadata on a convolution without padding."""
+    """The reported reproduction: clearsight's metadata on a convolution without padding."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 

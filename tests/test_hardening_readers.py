@@ -1,6 +1,6 @@
-"""Second hardening round (#52), files, configs and data readers (docs/reliability.md): each
-test reproduces a failure of a hostile probe (its number in the issue) and failed before the
-fix. Errors must be one line naming the file and the field, tensor or entry."""
+"""Second hardening round, files, configs and data readers (docs/reliability.md): each
+test reproduces a failure of a hostile probe (its number in the probe report) and failed
+before the fix. Errors must be one line naming the file and the field, tensor or entry."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The server's failures from the second hardening round (#52): a client that goes away
+"""The server's failures from the second hardening round: a client that goes away
 mid-upload, a bad or busy `--port`, the pixel limit missing from `/v1/models`, and uploads
 left unclosed when a request is refused. Network tests use 127.0.0.1 only."""
 
@@ -17,8 +17,11 @@ import pytest
 from torch import nn
 from typer.testing import CliRunner
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
+from tests.optional import need
+
+need("fastapi")
+need("uvicorn")
+need("httpx")
 import uvicorn  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
 

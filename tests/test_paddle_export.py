@@ -16,6 +16,7 @@ import torch
 from clearsight.artifact import LoadedModel, make_config, save_artifact
 from clearsight.export.onnx_rewrite import rewrite_for_x2paddle
 from clearsight.models.registry import build_model
+from tests.optional import need
 
 QUICK = ((24, 40), (27, 37))  # one odd size
 
@@ -100,8 +101,8 @@ def test_fixed_size_bilinear_resize_becomes_matmuls() -> None:
 
 
 def _need_paddle() -> None:
-    pytest.importorskip("paddle", reason="Paddle is not installed (clearsight[paddle])")
-    pytest.importorskip("x2paddle", reason="x2paddle is not installed (clearsight[paddle])")
+    need("paddle")
+    need("x2paddle")
 
 
 @pytest.mark.slow  # over ~20 s (pytest -m 'not slow' skips it)

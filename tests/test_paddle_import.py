@@ -20,6 +20,7 @@ from clearsight.artifact import load_artifact
 from clearsight.convert.paddle_import import PaddleImportError, import_paddle, parse_sets
 from clearsight.convert.paddle_pickle import PdparamsError, read_pdparams
 from clearsight.errors import ClearsightError
+from tests.optional import need
 
 TOL = 1e-5
 
@@ -115,7 +116,7 @@ def test_parse_sets_and_bad_keys() -> None:
 
 # -- parity with the Paddle models -------------------------------------------------------
 def _paddle():
-    return pytest.importorskip("paddle", reason="Paddle is not installed (clearsight[paddle])")
+    return need("paddle")
 
 
 def _save(pd_model, path: Path, seed: int) -> Path:

@@ -18,7 +18,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from typer.testing import CliRunner
 
-pytest.importorskip("torch_pruning")
+from tests.optional import need
+
+need("torch_pruning")
 
 from clearsight.api import export_onnx, prune  # noqa: E402
 from clearsight.artifact import (  # noqa: E402

@@ -9,7 +9,9 @@ import torch
 from PIL import Image
 from torch import nn
 
-pytest.importorskip("torch_pruning")
+from tests.optional import need
+
+need("torch_pruning")
 
 from clearsight.compress.prune import prune_model  # noqa: E402
 from clearsight.compress.prune_energy import collect_stats  # noqa: E402

@@ -21,7 +21,9 @@ import pytest
 import torch
 from torch import nn
 
-tp = pytest.importorskip("torch_pruning")
+from tests.optional import need
+
+tp = need("torch_pruning")
 
 from clearsight.api import prune  # noqa: E402
 from clearsight.artifact import load_artifact, make_config, read_config, save_artifact  # noqa: E402

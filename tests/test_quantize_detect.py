@@ -36,6 +36,7 @@ from clearsight.runtime.ort_backend import load_onnx
 from clearsight.runtime.ort_detect import OrtDetector
 from clearsight.zoo import default_int8_output
 from tests.helpers import tiny_ssd
+from tests.optional import need
 
 runner = CliRunner()
 OPTS = QuantizeOptions(max_images=3)
@@ -143,6 +144,7 @@ def test_detect_precision_int8_runs_the_quantized_sibling(ssd_int8, images, tmp_
 
 
 def test_quantize_command_on_a_pruned_detector_artifact_in_the_astar_layout(images, tmp_path):
+    need("torch_pruning")
     from clearsight.api import prune
 
     torch.manual_seed(0)

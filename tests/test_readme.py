@@ -28,8 +28,26 @@ def test_readme_has_a_one_line_quickstart_and_test_command():
     assert "\n" not in quick and "\n" not in test
     assert "pip install torch==2.14.1 torchvision==0.29.1" in quick
     assert "pytest" in test
-    ci = (REPO_ROOT / ".ci" / "run").read_text()
-    assert "<!-- test-command -->" in ci  # CI runs exactly the README's test command
+
+
+def test_ci_runs_the_readmes_install_and_test_lines_and_installs_nothing_else():
+    """A green CI means the README works: `.ci/run` takes both lines from the README (its
+    `--print` shows what it parsed) and has no Python install step of its own."""
+    quick = _block_after("<!-- quickstart -->")
+    install = quick[: quick.index(" && clearsight ")]
+    res = subprocess.run(
+        [str(REPO_ROOT / ".ci" / "run"), "--print"], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        f"install: {install}",
+        f"test: {_block_after('<!-- test-command -->')}",
+    ]
+    code = [
+        line.split("#")[0]
+        for line in (REPO_ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    ]
+    assert not [line for line in code if "pip " in line or "uv " in line or "conda " in line]
 
 
 def test_quickstart_commands_run(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""The architecture refactor (issue #50) changed no output: the samples restored and detected
+"""The architecture refactor changed no output: the samples restored and detected
 today equal the files the tree before it produced (tests/golden/README.md)."""
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from clearsight.metrics.presets import get_preset
 from clearsight.report.html import histogram_svg, render_eval_report, write_report
 from clearsight.report.thumbs import ThumbnailCollector
 from tests.helpers import TinyConvNet, loaded, random_image
+from tests.optional import skip_reason
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -115,7 +116,7 @@ def _browser() -> object:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("the playwright driver library is not installed (pip install '.[test]')")
+        pytest.skip(skip_reason("playwright"))
     return sync_playwright
 
 

@@ -16,7 +16,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
+from tests.optional import need
+
+ray = need("ray")
 
 from clearsight.cli import app  # noqa: E402
 from clearsight.engine.detector import image_ids  # noqa: E402

@@ -13,6 +13,7 @@ from clearsight.errors import ClearsightError, ImageReadError
 from clearsight.io import read_image, write_image
 from clearsight.runtime.batch import plan_outputs
 from clearsight.scale.inputs import WorkItem, is_uri, local_copy, plan_inputs
+from tests.optional import need
 
 
 @pytest.fixture()
@@ -59,7 +60,7 @@ def test_manifest_lists_paths_beside_it_skipping_comments(tree: Path, tmp_path: 
 
 
 def test_uris_go_through_pyarrow_and_keep_the_folder_layout(tree: Path, tmp_path: Path):
-    pytest.importorskip("pyarrow", reason="URIs are read through pyarrow's file systems")
+    need("pyarrow")  # URIs are read through pyarrow's file systems
     out = tmp_path / "out"
     items = plan_inputs([f"file://{tree}"], out)
     assert _rel(items, out) == ["a.png", "sub/b.jpg", "sub/deep/c.png"]

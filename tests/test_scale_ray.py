@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
+from tests.optional import need
+
+ray = need("ray")
 
 from clearsight.cli import app  # noqa: E402
 from clearsight.engine.inference import InferenceOptions, Restorer  # noqa: E402

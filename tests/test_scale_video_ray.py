@@ -44,6 +44,7 @@ from clearsight.scale.video_ray import (
     segments_folder,
     stitch,
 )
+from tests.optional import need
 from tests.video_utils import (
     MS,
     _write_tone,
@@ -236,7 +237,7 @@ def test_a_failed_segment_fails_its_video_and_keep_partial_keeps_the_frames_befo
 
 @pytest.fixture(scope="module")
 def local_ray():
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'clearsight[scale]')")
+    need("ray")
     from tests import scale_utils
 
     with scale_utils.local_ray(__name__):

@@ -19,7 +19,10 @@ from PIL import Image
 from torch import nn
 from typer.testing import CliRunner
 
-pytest.importorskip("fastapi")
+from tests.optional import need
+
+need("fastapi")
+need("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from clearsight.cli import app as cli_app  # noqa: E402

@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.optional import need
 from tests.test_report import CHROMIUM, _browser
 
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
+need("fastapi")
+need("uvicorn")
 
 REPO = Path(__file__).resolve().parents[1]
 COFFEE = REPO / "examples" / "rainy-coffee.png"

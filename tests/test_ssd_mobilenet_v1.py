@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from clearsight.models.registry import build_model, get_spec
 from clearsight.models.ssd_mobilenet_v1 import _SameConv2d, decode_boxes, ssd_anchor_boxes
+from tests.optional import need
 
 TFLITE = Path("detection/pretrained/ssd_mobilenet_v1_coco_quant.tflite")
 IMAGES = Path("detection/coco_mini_val/val2017")
@@ -81,6 +82,7 @@ def tflite_path(shared_data: Path) -> Path:
     path = shared_data / TFLITE
     if not path.is_file():
         pytest.skip(f"{path} not found")
+    need("tflite")
     return path
 
 
@@ -143,6 +145,7 @@ def test_port_matches_litert_raw_outputs_within_quantization_steps(
     channels or a mis-transposed kernel gives mean errors of several steps, so the bounds
     below (mean < 1, p99 < 4, max < 16 steps) separate a faithful port from a broken one.
     """
+    need("ai_edge_litert")
     from clearsight.convert.tflite_reference import LiteRTReference
 
     model, _ = ported
@@ -181,6 +184,7 @@ def test_port_detections_match_litert(ported, tflite_path, shared_data):
     """
     from torchvision.ops import box_iou
 
+    need("ai_edge_litert")
     from clearsight.convert.tflite_reference import LiteRTReference
 
     model, _ = ported

@@ -96,8 +96,8 @@ def test_synth_rain_video_from_frames_folder(tmp_path):
         write_image(src / f"f_{i + 1}.png", img)
     seen = []
     report = synth_rain_video(src, tmp_path / "out", seed=2, fps=10, on_pair=seen.append)
-    rain = sorted((tmp_path / "out" / "rain").iterdir())
-    clean = sorted((tmp_path / "out" / "clean").iterdir())
+    rain = sorted((tmp_path / "out" / "rain").glob("[!.]*"))
+    clean = sorted((tmp_path / "out" / "clean").glob("[!.]*"))
     assert report.pairs == 5 == len(rain) == len(clean) == len(seen)
     assert (
         [p.name for p in rain] == [p.name for p in clean] == [f"{i:06d}.png" for i in range(1, 6)]
@@ -109,7 +109,7 @@ def test_synth_rain_video_from_frames_folder(tmp_path):
     assert all(np.array_equal(read_image(r), e) for r, e in zip(rain, expected, strict=True))
 
     again = synth_rain_video(src, tmp_path / "out", seed=2, fps=10, max_frames=3)
-    assert again.pairs == 3 == len(list((tmp_path / "out" / "clean").iterdir()))
+    assert again.pairs == 3 == len(list((tmp_path / "out" / "clean").glob("[!.]*")))
 
 
 def test_synth_rain_video_from_video_file(tmp_path):
@@ -121,7 +121,7 @@ def test_synth_rain_video_from_video_file(tmp_path):
     with open_source(video) as reader:
         decoded = [f.image for f in reader.frames()]
     report = synth_rain_video(video, tmp_path / "out", seed=0, preset="heavy")
-    clean = sorted((tmp_path / "out" / "clean").iterdir())
+    clean = sorted((tmp_path / "out" / "clean").glob("[!.]*"))
     assert report.pairs == len(decoded) == len(clean) == 4
     assert all(np.array_equal(read_image(c), d) for c, d in zip(clean, decoded, strict=True))
 

@@ -98,9 +98,6 @@ def test_drawn_video_keeps_frames_timestamps_audio_and_jsonl_has_a_line_per_fram
 
 
 def test_tracking_keeps_one_id_for_a_moving_square(tmp_path: Path) -> None:
-    # trackers is installed by .ci/run (pyproject's video extra explains why not by the test
-    # extra); a machine set up with `pip install -e '.[test]'` alone skips this one
-    pytest.importorskip("trackers")
     src = tmp_path / "square.mkv"
     frames = [_square_scene(t) for t in range(10)]
     make_video(src, w=64, h=48, n=10, audio=None, images=frames, pts=[40 * i for i in range(10)])
@@ -161,16 +158,3 @@ def test_bad_input_is_one_line_and_a_failure_leaves_nothing(tmp_path: Path) -> N
         detect_video(Failing(), src, out, keep_partial=True, batch_size=1)
     assert len(read_jsonl(out / "clip.jsonl")) == 3
     assert len(decoded_times(out / "clip.mp4")) == 3
-
-
-def test_tracking_without_the_trackers_package_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import sys
-
-    src = tmp_path / "clip.mp4"
-    make_video(src, n=2, audio=None)
-    monkeypatch.setitem(sys.modules, "trackers", None)  # import trackers -> ImportError
-    with pytest.raises(OptionError, match=r"^track: needs the trackers package \(pip install"):
-        detect_video(SquareDetector(), src, tmp_path / "out", track=True)
-    assert not (tmp_path / "out").exists()

@@ -63,8 +63,6 @@ def _same_boxes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
 def test_batches_of_4_find_the_boxes_of_one_frame_at_a_time(
     pan: Path, tmp_path: Path, track: bool
 ) -> None:
-    if track:
-        pytest.importorskip("trackers")
     detector = Detector.from_pretrained("default-detect")
     rows = {}
     for batch in (1, 4):

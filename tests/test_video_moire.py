@@ -93,8 +93,8 @@ def test_synth_moire_video_writes_pairs_that_eval_video_reads(tmp_path: Path) ->
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     names = [f"{i:06d}.png" for i in range(1, 5)]
-    assert sorted(p.name for p in (out / "moire").iterdir()) == names
-    assert sorted(p.name for p in (out / "clean").iterdir()) == names
+    assert sorted(p.name for p in (out / "moire").glob("[!.]*")) == names
+    assert sorted(p.name for p in (out / "clean").glob("[!.]*")) == names
     expected = list(moire_clip(originals[:4], 2))
     for name, (m, t) in zip(names, expected, strict=True):
         assert np.array_equal(read_image(out / "moire" / name), m)
@@ -166,7 +166,7 @@ def test_restore_video_smooths_the_tone_only_when_asked(tmp_path: Path) -> None:
         out = tmp_path / f"out_{smooth}"
         restore_video(PerFrame(net.restore, net=net), src, frames_out=out, fps=5,
                       smooth_tone=smooth)  # fmt: skip
-        outs[smooth] = [read_image(p) for p in sorted(out.iterdir())]
+        outs[smooth] = [read_image(p) for p in sorted(out.glob("[!.]*"))]
     assert np.array_equal(outs[False][0], outs[True][0])  # the average starts at frame 1
     assert not np.array_equal(outs[False][2], outs[True][2])
 

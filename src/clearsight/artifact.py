@@ -32,6 +32,7 @@ from clearsight.errors import ArtifactError, ClearsightError
 from clearsight.families import Backend, Family, family_of
 from clearsight.models.registry import build_model, count_parameters, get_spec
 from clearsight.models.widths import Widths, WidthsError, apply_widths, changed_widths
+from clearsight.out_paths import check_not_input, check_output_file, check_replaced_folder
 from clearsight.preprocess import PreprocessSpec
 
 FORMAT_NAME = "clearsight.model"
@@ -240,6 +241,21 @@ def _state_for_saving(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
 
 
+def check_artifact_target(
+    path: str | os.PathLike[str], source: str | os.PathLike[str] | None = None
+) -> Path:
+    """Where `save_artifact` may write: a `.safetensors` file (not the `source` it is made
+    from), or a folder that is new, empty or an artifact (it holds `config.json`), since
+    the folder is replaced whole; commands call it before any work, `save_artifact` again
+    before it writes."""
+    target = Path(path)
+    if source is not None:
+        check_not_input(target, source)
+    if target.suffix == ".safetensors":
+        return check_output_file(target, "artifact file")
+    return check_replaced_folder(target, CONFIG_FILE, "artifact folder")
+
+
 def save_artifact(model: nn.Module, path: str | os.PathLike[str], config: ModelConfig) -> Path:
     """Save `model` with `config` as a folder, or as one file when `path` ends in .safetensors.
 
@@ -256,6 +272,7 @@ def save_artifact(model: nn.Module, path: str | os.PathLike[str], config: ModelC
         with atomic_path(target) as tmp:
             save_file(state, str(tmp), metadata={_METADATA_KEY: cfg_json})
         return target
+    check_artifact_target(target)
     with atomic_dir(target) as tmp_dir:
         with atomic_path(tmp_dir / WEIGHTS_FILE) as tmp:  # for its mode: see atomic_path
             save_file(state, str(tmp))

@@ -79,6 +79,14 @@ def _create_dir(target: Path) -> Path:
     raise FileExistsError(errno.EEXIST, "no free temporary name", str(target.parent))
 
 
+def naming_target(exc: OSError, target: Path) -> OSError:
+    """`exc` naming `target`: the temporary name is ours, not a path the user knows, so an
+    error creating or renaming it names the file that was to be written."""
+    if exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(target))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success it is renamed onto `path`.
@@ -89,7 +97,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp, mode = _create_file(target)
+    try:
+        tmp, mode = _create_file(target)
+    except OSError as exc:
+        raise naming_target(exc, target) from None
     try:
         yield tmp
         with open(tmp, "rb+") as fh:
@@ -97,7 +108,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             # Some writers replace the file with a private one (safetensors writes 0o600).
             if stat.S_IMODE(os.fstat(fh.fileno()).st_mode) != mode:
                 os.fchmod(fh.fileno(), mode)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise naming_target(exc, target) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
@@ -113,7 +127,10 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _create_dir(target)
+    try:
+        tmp = _create_dir(target)
+    except OSError as exc:
+        raise naming_target(exc, target) from None
     try:
         yield tmp
         old = None

@@ -8,6 +8,7 @@ restored image; `rescan` is RESCAN's own loss, which supervises every stage's ra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -69,6 +70,16 @@ def ssim_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return 1.0 - ssim.mean()
 
 
+PSNR_SCALE = 10.0 / math.log(10.0)
+
+
+def psnr_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """NAFNet's training loss (BasicSR's PSNRLoss): minus each image's PSNR (data range 1),
+    averaged: 10/ln 10 * mean over images of ln(MSE + 1e-8)."""
+    mse = ((pred - target) ** 2).mean(dim=(1, 2, 3))
+    return PSNR_SCALE * torch.log(mse + 1e-8).mean()
+
+
 def build_loss(name: str, *, eps: float = 1e-3, residual: bool = False) -> LossFn:
     """The loss called `name` with the common signature.
 
@@ -80,13 +91,16 @@ def build_loss(name: str, *, eps: float = 1e-3, residual: bool = False) -> LossF
         "mse": F.mse_loss,
         "charbonnier": lambda p, t: charbonnier(p, t, eps),
         "ssim": ssim_loss,
+        "psnr": psnr_loss,
     }
     if name == "rescan":
         return rescan_loss  # type: ignore[return-value]
     if name == "mbcnn":
         return mbcnn_loss  # type: ignore[return-value]
+    if name == "esdnet":
+        return esdnet_loss  # type: ignore[return-value]
     if name not in image_losses:
-        known = ", ".join(["rescan", "mbcnn", *image_losses])
+        known = ", ".join(["rescan", "mbcnn", "esdnet", *image_losses])
         raise UnknownNameError(f"unknown loss {name!r}; known: {known}")
     fn = image_losses[name]
     return lambda outputs, inputs, targets: fn(_restored(outputs, inputs, residual), targets)
@@ -121,4 +135,25 @@ def mbcnn_loss(
             tgt = F.interpolate(targets, size=out.shape[-2:], mode="area")
         total = total + F.l1_loss(out, tgt)
         total = total + SOBEL_WEIGHT * F.l1_loss(sobel_gradients(out), sobel_gradients(tgt))
+    return total
+
+
+# -- ESDNet ------------------------------------------------------------------------------------
+
+
+def esdnet_loss(
+    outputs: torch.Tensor | Sequence[torch.Tensor], inputs: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    """ESDNet's loss without its perceptual term: the sum over its [1/4, 1/2, full] outputs
+    of L1 against the target bilinearly downscaled to each (as the authors' multi-scale
+    loss, weight 1). Their VGG16 perceptual term (ImageNet weights, relu3_3) is left out:
+    the weights are a download this project does not make."""
+    scales = list(outputs) if isinstance(outputs, list | tuple) else [outputs]
+    total = targets.new_zeros(())
+    for out in scales:
+        tgt = targets
+        if out.shape[-2:] != targets.shape[-2:]:
+            factor = out.shape[-1] / targets.shape[-1]
+            tgt = F.interpolate(targets, scale_factor=factor, mode="bilinear", align_corners=False)
+        total = total + F.l1_loss(out, tgt)
     return total

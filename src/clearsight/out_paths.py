@@ -45,3 +45,33 @@ def check_output_file(path: str | os.PathLike[str], what: str = "output file") -
     if blocker is not None:
         raise OutputPathError(f"{what} {p}: {blocker} is a file, not a folder")
     return p
+
+
+def check_replaced_folder(
+    path: str | os.PathLike[str], mark: str, what: str = "output folder"
+) -> Path:
+    """`path`, a folder that a save replaces whole (a model artifact, a Paddle export), is
+    new, empty or one clearsight wrote (it holds `mark`, e.g. `config.json`); a folder of
+    anything else is an `OutputPathError`, never deleted (`compress input-size -o DIR`
+    replaced a DIR of the user's files with the artifact)."""
+    p = check_output_folder(path, what)
+    if p.is_dir() and not (p / mark).is_file():
+        held = sorted(c.name for c in p.iterdir())
+        if held:
+            raise OutputPathError(
+                f"{what} {p} already holds other files ({held[0]}, ...) and is replaced whole "
+                "when written; choose a new or empty folder"
+            )
+    return p
+
+
+def check_not_input(
+    path: str | os.PathLike[str] | None, source: str | os.PathLike[str], what: str = "--out"
+) -> None:
+    """An output is not the file it is made from: `export MODEL -o MODEL` replaced the
+    model with its ONNX export, exit 0. `source` may be a name that is not a path (a
+    bundled model): then nothing is checked."""
+    if path is None or not Path(source).is_file():
+        return
+    if os.path.realpath(path) == os.path.realpath(source):
+        raise OutputPathError(f"{what} {path} is the input {source}; choose another path")

@@ -10,6 +10,7 @@ import torch
 from clearsight.artifact import LoadedModel, load_artifact, make_config, read_config
 from clearsight.errors import ClearsightError, UnknownNameError
 from clearsight.families import Family, family_of
+from clearsight.hub import download_artifact, is_hub_ref
 from clearsight.models.registry import build_model, get_spec, list_specs
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "assets" / "models"
@@ -36,7 +37,10 @@ def known_model_names() -> list[str]:
 
 def model_task(ref: str) -> str:
     """The task ("derain", "demoire", "detect", ...) of `ref`, read from its config or the
-    registry without loading weights (an exported `.onnx` file is opened, as it must be)."""
+    registry without loading weights (an exported `.onnx` file is opened, as it must be;
+    an `hf://` artifact is fetched)."""
+    if is_hub_ref(ref):
+        return read_config(download_artifact(ref)).task
     path, bundled = Path(ref), bundled_models()
     if path.suffix.lower() == ".onnx" and path.is_file():
         return resolve_model(ref).config.task
@@ -57,11 +61,14 @@ def model_family(ref: str) -> Family:
 
 def resolve_model(ref: str, device: str | torch.device = "cpu", seed: int = 0) -> LoadedModel:
     """Load `ref`: an artifact path, an exported `.onnx` file (run by ONNX Runtime), a
-    bundled model name, or an architecture name.
+    bundled model name, an architecture name, or `hf://OWNER/REPO[@REVISION]` (an artifact
+    published on the Hugging Face Hub, `clearsight.hub`).
 
     An architecture name gives freshly initialised weights (seeded, so runs repeat) and an
     `UntrainedModelWarning`, except for weightless models such as `identity`.
     """
+    if is_hub_ref(ref):
+        return load_artifact(download_artifact(ref), device=device)
     path = Path(ref)
     if path.suffix.lower() == ".onnx" and path.is_file():
         from clearsight.runtime.ort_backend import load_onnx  # ONNX Runtime, CPU only

@@ -35,6 +35,7 @@ from clearsight.api.deploy import (
     export_onnx,
     export_paddle,
     import_paddle,
+    import_torch,
     parse_import_sets,
     profile,
     profile_table,
@@ -75,9 +76,14 @@ from clearsight.api.train import train
 from clearsight.api.video import (
     DEFAULT_VIDEO_DERAIN,
     VIDEO_SUFFIXES,
+    OutputClashError,
+    RunPlan,
+    VideoOutput,
     detect_video,
     evaluate_video,
     is_video,
+    plan_fixed_outputs,
+    plan_run,
     restore_video,
     run_videos,
     split_media,
@@ -91,6 +97,7 @@ _LAZY: dict[str, str] = {
     "InferenceOptions": "clearsight.engine.inference:InferenceOptions",
     "Detector": "clearsight.engine.detector:Detector",
     "Pipeline": "clearsight.engine.pipeline:Pipeline",
+    "check_detector_options": "clearsight.engine.detector:check_detector_options",
     "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
     "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
     "FailuresCsvError": "clearsight.runtime.failures:FailuresCsvError",
@@ -99,19 +106,30 @@ _LAZY: dict[str, str] = {
     "progress_bar": "clearsight.progress:progress_bar",
     "OVERFIT_MARGIN": "clearsight.engine.restore_train:OVERFIT_MARGIN",
     "OVERFIT_AP": "clearsight.engine.detect_train:OVERFIT_AP",
+    "check_video_options": "clearsight.video.options:check_video_options",
+    "check_output_containers": "clearsight.video.options:check_output_containers",
+    "check_artifact_target": "clearsight.artifact:check_artifact_target",
+    "check_not_input": "clearsight.out_paths:check_not_input",
+    "player_paths": "clearsight.report.video:player_paths",
+    "prefer_sleeping_threads": "clearsight.runtime.threads:prefer_sleeping_threads",
 }
 
 if TYPE_CHECKING:
+    from clearsight.artifact import check_artifact_target
     from clearsight.engine.compare import Comparison
     from clearsight.engine.detect_train import OVERFIT_AP
-    from clearsight.engine.detector import Detector
+    from clearsight.engine.detector import Detector, check_detector_options
     from clearsight.engine.evaluate import EvalResult
     from clearsight.engine.inference import InferenceOptions, Restorer
     from clearsight.engine.pipeline import Pipeline
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
     from clearsight.engine.restore_train import OVERFIT_MARGIN
+    from clearsight.out_paths import check_not_input
     from clearsight.progress import progress_bar
+    from clearsight.report.video import player_paths
     from clearsight.runtime.failures import FailuresCsvError
+    from clearsight.runtime.threads import prefer_sleeping_threads
+    from clearsight.video.options import check_output_containers, check_video_options
 
 __all__ = [
     "DEFAULT_DEMOIRE",
@@ -131,21 +149,29 @@ __all__ = [
     "Family",
     "InferenceOptions",
     "Pipeline",
+    "OutputClashError",
     "Quantized",
     "RestoreRun",
     "RestoredFile",
     "Restorer",
+    "RunPlan",
     "Serving",
     "VIDEO_SUFFIXES",
+    "VideoOutput",
     "astar_score",
     "audit",
     "benchmark",
     "change_input_size",
+    "check_artifact_target",
     "check_data",
+    "check_detector_options",
     "check_engine",
     "check_max_pixels",
+    "check_not_input",
+    "check_output_containers",
     "check_output_file",
     "check_output_folder",
+    "check_video_options",
     "compare",
     "detect_files",
     "detect_video",
@@ -156,6 +182,7 @@ __all__ = [
     "export_onnx",
     "export_paddle",
     "import_paddle",
+    "import_torch",
     "is_video",
     "list_models",
     "load_model",
@@ -163,8 +190,12 @@ __all__ = [
     "model_task",
     "parse_import_sets",
     "parse_scales",
+    "plan_fixed_outputs",
+    "player_paths",
+    "plan_run",
     "profile",
     "profile_table",
+    "prefer_sleeping_threads",
     "progress_bar",
     "prune",
     "prune_report_path",

@@ -57,9 +57,16 @@ def export(
             "layout export ONNX, then convert the .onnx file with --format paddle"
         )
     target = Path(out) if out is not None else default_output(str(model), fmt, layout)
+    from clearsight.out_paths import check_not_input
+
+    check_not_input(target, str(model))
     if skip_existing and target.exists():
         return Export(fmt, target, skipped=True)
     if fmt == "paddle":
+        from clearsight.export.paddle import META_FILE
+        from clearsight.out_paths import check_replaced_folder
+
+        check_replaced_folder(target, META_FILE, "--out")  # replaced whole, after the export
         result = export_paddle(model, target, layout=layout)
         return Export(fmt, result.path, paddle=result)
     path, parity = export_onnx(model, target, fmt, layout=layout)
@@ -135,6 +142,32 @@ def import_paddle(
     else:
         check_output_folder(target, "import output")
     return run_import(weights, architecture, target, sets=sets, name=name)
+
+
+def import_torch(
+    weights: str | os.PathLike[str],
+    architecture: str,
+    out: str | os.PathLike[str],
+    *,
+    args: dict[str, object] | str | None = None,
+    name: str | None = None,
+) -> ImportResult:
+    """A released PyTorch checkpoint (ESDNet's, NAFNet's or ClearView's NAFNet; a path or
+    `hf://OWNER/REPO/FILE[@REVISION]`) as a clearsight artifact at `out`, with a model card
+    stub. Read weights-only (a pickle that would run code is refused); the architecture's
+    arguments come from the tensor shapes, or `args` (a dict or JSON text). Raises
+    `ClearsightError` for a bad file, name or shape (docs/models/derain.md)."""
+    from clearsight.convert.torch_import import import_torch as run_import
+    from clearsight.convert.torch_import import parse_args_json
+    from clearsight.out_paths import check_output_file, check_output_folder
+
+    given = parse_args_json(args) if isinstance(args, str) or args is None else dict(args)
+    target = Path(out)
+    if target.suffix == ".safetensors":
+        check_output_file(target, "import output")
+    else:
+        check_output_folder(target, "import output")
+    return run_import(weights, architecture, target, args=given, name=name)
 
 
 def parse_import_sets(items: Sequence[str] | None) -> dict[str, object]:

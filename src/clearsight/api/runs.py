@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import ClearsightError, OptionError
+from clearsight.errors import ClearsightError, OptionError, check_unit_interval
 
 if TYPE_CHECKING:
     from clearsight.engine.detector import Detector, DetectRun
@@ -177,6 +177,7 @@ def detect_files(
     check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, before any work
     check_engine(engine)
     _check_existing(existing)
+    check_unit_interval("score_threshold", score_threshold)
     if save_restored is not None and restore is None:
         raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
     if engine == "ray":

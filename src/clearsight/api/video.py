@@ -10,68 +10,45 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, OptionError, is_library_error
+from clearsight.output_plan import (
+    VIDEO_SUFFIXES,
+    MediaPlan,
+    OutputClashError,
+    RunPlan,
+    VideoOutput,
+    is_video,
+    plan_fixed_outputs,
+    plan_run,
+    split_media,
+    video_output,
+)
 
 if TYPE_CHECKING:
     from clearsight.runtime.failures import FailedFile
 
-VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
-"""File names read as videos (any container FFmpeg decodes; these are the usual ones)."""
+__all__ = [
+    "DEFAULT_VIDEO_DERAIN",
+    "VIDEO_SUFFIXES",
+    "MediaPlan",
+    "OutputClashError",
+    "RunPlan",
+    "VideoOutput",
+    "detect_video",
+    "evaluate_video",
+    "is_video",
+    "plan_fixed_outputs",
+    "plan_run",
+    "restore_video",
+    "run_videos",
+    "split_media",
+    "video_output",
+]
+
 DEFAULT_VIDEO_DERAIN = "video-derain"
-
-
-def is_video(path: str | os.PathLike[str]) -> bool:
-    return Path(path).suffix.lower() in VIDEO_SUFFIXES
-
-
-@dataclass
-class MediaPlan:
-    """The image inputs of a run (files and folders, as given) and its videos with the
-    output path (without suffix) each will have under OUT."""
-
-    images: list[str] = field(default_factory=list)
-    videos: list[tuple[Path, Path]] = field(default_factory=list)
-
-
-def split_media(inputs: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> MediaPlan:
-    """Videos apart from images: a video file given goes to `OUT/<stem>`, a video inside a
-    folder to `OUT/<its path inside the folder>` (as images do); a folder stays an image
-    input when it holds images."""
-    from clearsight.errors import ImageReadError
-    from clearsight.io import list_images
-
-    def has_images(folder: Path) -> bool:
-        try:
-            return bool(list_images(folder, recursive=True))
-        except ImageReadError:  # a folder without images
-            return False
-
-    plan = MediaPlan()
-    root = Path(out)
-    for item in inputs:
-        p = Path(item)
-        if p.is_file() and is_video(p):
-            plan.videos.append((p, root / p.stem))
-        elif p.is_dir():
-            found = sorted(v for v in p.rglob("*") if v.is_file() and is_video(v))
-            plan.videos += [(v, root / v.relative_to(p).with_suffix("")) for v in found]
-            if not found or has_images(p):
-                plan.images.append(str(item))
-        else:
-            plan.images.append(str(item))
-    return plan
-
-
-def video_output(stem: Path, source: Path, keep_container: bool) -> Path:
-    """`stem.mp4`, or `stem` with the source's own suffix when `keep_container` (a folder of
-    numbered frames has none: .mp4). The suffix is added, not swapped: `my.clip` becomes
-    `my.clip.mp4`, not `my.mp4`."""
-    suffix = source.suffix.lower() if keep_container and is_video(source) else ".mp4"
-    return stem.with_name(stem.name + suffix)
 
 
 def restore_video(
@@ -149,32 +126,76 @@ def evaluate_video(
     return result
 
 
+def _input_error(exc: BaseException) -> bool:
+    """An error that fails one video and lets the run go on: the package's own, an OS
+    error, a bad value, or one raised inside OpenCV or FFmpeg (a frame they refuse)."""
+    if isinstance(exc, ClearsightError | OSError | ValueError | RuntimeError):
+        return True
+    return is_library_error(exc)
+
+
+def _named(pair: tuple[Path, Path], keep_container: bool) -> VideoOutput:
+    """A (source, OUT/stem) pair as the plan names it."""
+    source, stem = Path(pair[0]), Path(pair[1])
+    return VideoOutput(source, video_output(stem, source, keep_container))
+
+
 def run_videos(
-    videos: Sequence[tuple[Path, Path]],
+    videos: Sequence[VideoOutput | tuple[Path, Path]],
     run_one: Callable[[Path, Path], Any],
     out: str | os.PathLike[str],
     *,
     keep_container: bool = False,
+    existing: str = "overwrite",
     fail_fast: bool = False,
     earlier_failed: Sequence[FailedFile] = (),
     on_done: Callable[[Path, Path, Any], None] | None = None,
     on_failure: Callable[[FailedFile], None] | None = None,
+    on_skip: Callable[[Path, Path], None] | None = None,
 ) -> tuple[list[tuple[Path, Path, Any]], list[FailedFile], Path | None]:
-    """Run `run_one(source, output)` for each video; a video that fails is recorded (and
-    reported with `on_failure`) and the run goes on, unless `fail_fast`. When one failed,
-    `OUT/failures.csv` lists it with `earlier_failed` (the run's images); returns (done,
-    failed, that file or None)."""
-    from clearsight.runtime.failures import FailedFile, failure_reason, update_failures_csv
+    """Run `run_one(source, output)` for each video of a run's plan
+    (`clearsight.output_plan.plan_run`; (source, OUT/stem) pairs are named with
+    `keep_container`), as `restore_files` runs images: leftovers of killed runs swept
+    first; with `existing="skip"` a video whose outputs all exist is kept (`on_skip`); a
+    video that fails is recorded (`on_failure`) and the run goes on, unless `fail_fast`.
+    `OUT/failures.csv` then lists the failed videos with `earlier_failed` (the run's
+    images), or a previous run's list is removed when nothing failed. Returns (done,
+    failed, that file or None); an unwritable list is a `FailuresCsvError` whose `run` is
+    (done, failed, skipped), so the caller can still print the summary."""
+    import time
 
+    from clearsight.output_plan import finished, prepare_outputs
+    from clearsight.runtime.batch import check_video_file
+    from clearsight.runtime.failures import (
+        FailedFile,
+        FailuresCsvError,
+        failure_reason,
+        update_failures_csv,
+    )
+
+    if existing not in ("overwrite", "skip"):
+        raise OptionError("existing", f"must be overwrite or skip, got {existing!r}")
+    started = time.time()
+    planned = [v if isinstance(v, VideoOutput) else _named(v, keep_container) for v in videos]
+    out_dir = Path(out)
+    written = [f for v in planned for f in (*v.files, *([v.frames] if v.frames else []))]
+    prepare_outputs(out_dir, written, started)
     done: list[tuple[Path, Path, Any]] = []
     failed: list[FailedFile] = []
-    for source, stem in videos:
-        target = video_output(stem, source, keep_container)
+    skipped: list[Path] = []
+    for video in planned:
+        source, target = video.source, video.target
+        if existing == "skip" and finished(video):
+            skipped.append(source)
+            if on_skip is not None:
+                on_skip(source, target)
+            continue
         try:
+            check_video_file(source)  # a broken link, a pipe: named as such, never opened
             target.parent.mkdir(parents=True, exist_ok=True)
             result = run_one(source, target)
-        except (ClearsightError, OSError, ValueError, RuntimeError) as exc:
-            if fail_fast:
+        except Exception as exc:
+            if fail_fast or not _input_error(exc):
                 raise
             f = FailedFile(source, target, failure_reason(exc))
             failed.append(f)
@@ -184,5 +205,9 @@ def run_videos(
         done.append((source, target, result))
         if on_done is not None:
             on_done(source, target, result)
-    csv = update_failures_csv(Path(out), [*earlier_failed, *failed]) if failed else None
+    try:
+        csv = update_failures_csv(out_dir, [*earlier_failed, *failed])
+    except FailuresCsvError as exc:
+        exc.run = (done, failed, skipped)
+        raise
     return done, failed, csv

@@ -1,5 +1,6 @@
-"""Videos on a Ray cluster (`--engine ray`): the videos among `inputs`, named as the local
-engine names them, through `clearsight.scale.video_ray` (docs/scale.md, "Videos")."""
+"""Videos on a Ray cluster (`--engine ray`): the videos among `inputs`, named and checked by
+the one output plan (`clearsight.output_plan`), through `clearsight.scale.video_ray`
+(docs/scale.md, "Videos")."""
 
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ def restore_videos_ray(
     `workers`, `segments`, `address`, `overwrite`, `device`, `tile`, `max_pixels`, the
     video options (`codec`, `crf`, `start`, `duration`, `temporal`, `keep_partial`), ...
     of `clearsight.scale.video_ray.restore_videos_ray`. Returns its `VideoSummary`."""
-    from clearsight.api.video import split_media, video_output
     from clearsight.errors import ClearsightError
-    from clearsight.scale.video_ray import restore_videos_ray as run
+    from clearsight.output_plan import plan_run
 
-    plan = split_media(inputs, out)
+    plan = plan_run(inputs, out, keep_container=keep_container, plan_images=False)
     if not plan.videos:
         raise ClearsightError(f"no videos among {', '.join(map(str, inputs))}")
-    pairs = [(s, video_output(stem, s, keep_container)) for s, stem in plan.videos]
-    return run(model, pairs, out, **options)
+    from clearsight.scale.video_ray import restore_videos_ray as run
+
+    return run(model, [(v.source, v.target) for v in plan.videos], out, **options)

@@ -4,7 +4,8 @@ Every command module registers on `app` and wraps its command in `friendly`, the
 error boundary: every exception becomes one line and exit code 1 (`--debug` shows the
 traceback instead). A `ClearsightError` prints its message, an `OptionError` prints
 `--flag: detail`, known OS causes get a specific line (a file where a folder is expected and
-the reverse, permissions, disk full), anything else is an `internal error` that points to
+the reverse, permissions, disk full), an error from OpenCV or FFmpeg its own words on one
+line (`errors.library_reason`), anything else is an `internal error` that points to
 `--debug`. Warnings print as `warning: ...` lines.
 
 Nothing the CLI prints is read as Rich markup or emoji codes: file names and messages are
@@ -35,7 +36,7 @@ from rich.progress import Progress
 from rich.text import Text
 
 from clearsight import __version__
-from clearsight.errors import ClearsightError, OptionError
+from clearsight.errors import ClearsightError, OptionError, library_reason
 
 app = typer.Typer(
     name="clearsight",
@@ -157,6 +158,9 @@ def exception_line(exc: BaseException) -> str:
             return line
     if isinstance(exc, MemoryError):
         return "out of memory; try a smaller --tile or --max-pixels"
+    library = library_reason(exc)
+    if library is not None:  # OpenCV or FFmpeg refused an input: its own words, one line
+        return library
     text = str(exc).strip().splitlines()
     detail = f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
     if "CUDA" in detail and ("not compiled" in detail or "no CUDA" in detail.lower()):
@@ -227,7 +231,11 @@ def progress() -> Progress:
 
 
 def main() -> None:
-    """Console entry point."""
+    """Console entry point. Compute threads sleep when idle (`runtime.threads`): set before
+    any command imports torch."""
+    from clearsight.api import prefer_sleeping_threads
+
+    prefer_sleeping_threads()
     try:
         app()
     except KeyboardInterrupt:

@@ -27,7 +27,10 @@ MaxPixOpt = Annotated[
     ),
 ]
 ClipFpsOpt = Annotated[
-    float | None, typer.Option("--fps", help="With --video: frame rate of a frames folder.")
+    float | None,
+    typer.Option(
+        "--fps", help="With --video: frame rate of a frames folder (0.001 to 1000 per second)."
+    ),
 ]
 MaxFramesOpt = Annotated[
     int | None, typer.Option("--max-frames", help="With --video: at most this many frames.")
@@ -142,17 +145,27 @@ SaveRestoredOpt = Annotated[
 
 # -- video inputs (docs/video.md) ---------------------------------------------------------
 StartOpt = Annotated[
-    float | None, typer.Option("--start", help="Videos: start this many seconds in.")
+    float | None, typer.Option("--start", help="Videos: start this many seconds in (>= 0).")
 ]
 DurationOpt = Annotated[
-    float | None, typer.Option("--duration", help="Videos: this many seconds only.")
+    float | None, typer.Option("--duration", help="Videos: this many seconds only (> 0).")
 ]
 CrfOpt = Annotated[
     int | None,
-    typer.Option("--crf", help="Videos: H.264 quality (0 lossless .. 51; default 18)."),
+    typer.Option(
+        "--crf",
+        help="Videos: quality, lower is better, within the encoder's range: 0-51 for libx264 "
+        "(0: lossless) and libx265, 0-63 for libvpx-vp9 and AV1, 4-63 for libvpx; default "
+        "18 (other codecs take none).",
+    ),
 ]
 CodecOpt = Annotated[
-    str, typer.Option("--codec", help="Videos: output codec (default libx264, yuv420p).")
+    str,
+    typer.Option(
+        "--codec",
+        help="Videos: an FFmpeg video encoder, e.g. libx264 (the default, yuv420p), libx265, "
+        "libvpx-vp9, ffv1.",
+    ),
 ]
 TemporalOpt = Annotated[
     bool,
@@ -189,7 +202,8 @@ FpsOpt = Annotated[
     typer.Option(
         "--fps",
         help="A folder given is one video of numbered frames (00001.png, ...) at this frame "
-        "rate, restored to OUT/<folder name>.mp4 (default: a folder is read as images).",
+        "rate (0.001 to 1000 per second), restored to OUT/<folder name>.mp4 (default: a "
+        "folder is read as images).",
     ),
 ]
 FramesOutOpt = Annotated[

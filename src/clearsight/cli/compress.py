@@ -73,8 +73,9 @@ def prune_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the tracing input.")] = 0,
 ) -> None:
     """Remove whole channels from MODEL until its recounted MACs reach the target."""
-    from clearsight.api import prune, prune_report_path
+    from clearsight.api import check_artifact_target, prune, prune_report_path
 
+    check_artifact_target(out, source=model)
     with console.status("pruning") as status:
 
         def step(n: int, macs: float) -> None:
@@ -120,8 +121,9 @@ def input_size_cmd(
     ] = "keep",
 ) -> None:
     """Rebuild detector MODEL for SIZE x SIZE inputs with the same weights."""
-    from clearsight.api import change_input_size
+    from clearsight.api import change_input_size, check_artifact_target
 
+    check_artifact_target(out, source=model)
     r = change_input_size(model, out, size, resize)
     table = Table(title=f"input-size {model}")
     for col in ("", "before", "after", "after/before"):

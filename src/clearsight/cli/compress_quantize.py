@@ -95,8 +95,10 @@ def quantize_cmd(
     """Int8 post-training quantization with ONNX Runtime; prints fp32 vs int8 (size, PSNR,
     PSNR against fp32, latency; detectors: output differences, detection agreement, AP or
     the contest score, latency)."""
-    from clearsight.api import quantize
+    from clearsight.api import check_not_input, quantize
     from clearsight.errors import ClearsightError
+
+    check_not_input(out, model)
 
     try:
         size_list = [int(s) for s in sizes.split(",") if s.strip()]

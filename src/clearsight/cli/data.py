@@ -55,7 +55,7 @@ def synth_moire_cmd(
 ) -> None:
     """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size
     (--coco DATA: a COCO-format copy of DATA with moiré images, the same annotations)."""
-    from clearsight.api import synth_moire, synth_moire_video
+    from clearsight.api import check_video_options, synth_moire, synth_moire_video
 
     if _source(clean, coco, video) is None:
         _synth_coco(coco, out, "moire", "-", seed)
@@ -63,6 +63,7 @@ def synth_moire_cmd(
     assert clean is not None
 
     if video:
+        check_video_options(fps=fps)
         if per_image != 1:
             raise OptionError("per_image", "is for images; --video makes one clip per video")
         with progress() as bar:
@@ -117,7 +118,7 @@ def synth_rain_cmd(
 ) -> None:
     """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs
     (--coco DATA: a COCO-format copy of DATA with rainy images, the same annotations)."""
-    from clearsight.api import synth_rain, synth_rain_video
+    from clearsight.api import check_video_options, synth_rain, synth_rain_video
 
     if _source(clean, coco, video) is None:
         _synth_coco(coco, out, "rain", preset, seed)
@@ -125,6 +126,7 @@ def synth_rain_cmd(
     assert clean is not None
 
     if video:
+        check_video_options(fps=fps)
         with progress() as bar:
             task = bar.add_task(f"synth rain --video ({preset})", total=None)
             report = synth_rain_video(

@@ -28,7 +28,7 @@ from clearsight.cli._options import (
     WorkersOpt,
 )
 from clearsight.cli._runs import existing_policy, finish_ray
-from clearsight.errors import OptionError
+from clearsight.errors import OptionError, check_unit_interval
 
 
 @app.command("detect")
@@ -74,13 +74,22 @@ def detect_cmd(
     --restore runs a derain/demoiré model first (boxes drawn on the input)."""
     from clearsight import api
 
-    on_ray = engine == "ray"  # the API checks the name
-    plan = api.split_media(inputs, out)
+    on_ray = api.check_engine(engine) == "ray"
+    check_unit_interval("score_threshold", score_threshold)
+    api.check_detector_options(device, backend, precision)
+    api.check_max_pixels(None)  # $CLEARSIGHT_MAX_PIXELS, once, for videos as for images
+    api.check_video_options(start=start, duration=duration, codec=codec, crf=crf, container="mp4")
+    plan = api.plan_run(
+        inputs, out, sidecars=(".jsonl",), plan_images=not on_ray,
+        run_files=("failures.csv", "detections.json"),
+    )  # fmt: skip
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
     if save_restored is not None and restore is None:
         raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
     chain = {"restore": restore, "save_restored": save_restored}
+    if plan.videos and skip_existing and not on_ray:  # as for images (`api.detect_files`)
+        raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     failed: list[Any] = []
     if plan.images:
         failed = _detect_images(
@@ -93,7 +102,8 @@ def detect_cmd(
         video = dict(track=track, start=start, duration=duration, crf=crf, codec=codec,
                      keep_partial=keep_partial, score_threshold=score_threshold,
                      **chain)  # fmt: skip
-        failed += _detect_videos(plan, out, model, device, fail_fast, video, failed)
+        loading = dict(device=device, backend=backend, precision=precision)
+        failed += _detect_videos(plan, out, model, loading, fail_fast, video, failed)
     if failed:
         say(f"{len(failed)} input(s) failed; listed in {out / 'failures.csv'}", err=True)
         raise typer.Exit(code=EXIT_SOME_FAILED)
@@ -176,16 +186,17 @@ def _detect_videos(
     plan: Any,
     out: Path,
     model: str,
-    device: str,
+    loading: dict[str, str],
     fail_fast: bool,
     video: dict[str, Any],
     earlier: list[Any],
 ) -> list[Any]:
-    """Each video through `clearsight.api.detect_video`, one line each; returns the videos
+    """Each video through `clearsight.api.detect_video` (the detector loaded with `loading`:
+    device, backend, precision), one line each; returns the videos
     that failed (OUT/failures.csv then lists them with the `earlier` failed images)."""
     from clearsight import api
 
-    detector = api.Detector.from_pretrained(model, device=device)
+    detector = api.Detector.from_pretrained(model, **loading)
 
     def one(source: Path, target: Path) -> Any:
         return api.detect_video(detector, source, target.parent, progress=True, **video)
@@ -193,9 +204,18 @@ def _detect_videos(
     def done(source: Path, target: Path, r: Any) -> None:
         say(f"{source} -> {r.video}  ({r.frames} frames, {r.detections} detection(s))", err=True)
 
-    ok, failed, _ = api.run_videos(
-        plan.videos, one, out, fail_fast=fail_fast, earlier_failed=earlier, on_done=done,
-        on_failure=lambda f: say_failed(f.source, f.reason),
-    )  # fmt: skip
-    say(f"detected in {len(ok)} video(s) into {out}")
+    def summary(ok: int, failed: int) -> None:
+        say(f"detected in {ok} video(s) into {out}")
+        say(f"{ok} done, 0 skipped, {failed} failed")
+
+    try:
+        ok, failed, _ = api.run_videos(
+            plan.videos, one, out, fail_fast=fail_fast, earlier_failed=earlier, on_done=done,
+            on_failure=lambda f: say_failed(f.source, f.reason),
+        )  # fmt: skip
+    except api.FailuresCsvError as exc:  # the run's account still gets printed
+        if exc.run is not None:
+            summary(len(exc.run[0]), len(exc.run[1]))
+        raise
+    summary(len(ok), len(failed))
     return failed

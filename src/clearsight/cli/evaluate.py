@@ -43,12 +43,9 @@ def _eval_detection(
 ) -> None:
     """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON, and
     an HTML report with the worst images' boxes drawn (`report/detection.py`)."""
-    from clearsight.api import check_output_file, check_output_folder, evaluate_detection
+    from clearsight.api import evaluate_detection, plan_fixed_outputs
 
-    if out is not None:
-        check_output_folder(out, "--out")
-    if report is not None:
-        check_output_file(report, "--report")
+    plan_fixed_outputs(out, report, inputs=[data])
     if k < 1:
         raise ClearsightError(f"--report-k must be >= 1, got {k}")
 
@@ -127,14 +124,15 @@ def eval_cmd(
         ),
     ] = False,
     clean: Annotated[
-        Path | None, typer.Option("--clean", help="With --video: the clean video for DATA.")
+        Path | None,
+        typer.Option("--clean", help="With --video: the clean video for DATA (a video file)."),
     ] = None,
     fps: Annotated[
         float | None,
         typer.Option(
             "--fps",
             help="With --video: the frame rate of DATA's numbered frames, for the report's "
-            "player (default 25; a video keeps its own).",
+            "player (0.001 to 1000 per second, default 25; a video keeps its own).",
         ),
     ] = None,
     temporal: TemporalOpt = False,
@@ -157,10 +155,7 @@ def eval_cmd(
         _eval_detection(model, data, out, device, report, report_k, restore)
         return
 
-    if out is not None:
-        api.check_output_folder(out, "--out")
-    if report is not None:
-        api.check_output_file(report, "--report")
+    api.plan_fixed_outputs(out, report, inputs=[data])
     outputs = [out / "per_image.csv", out / "summary.json"] if out is not None else []
     outputs += [report] if report is not None else []
     if skip_existing and outputs and all(p.is_file() for p in outputs):
@@ -255,10 +250,19 @@ def _eval_video(
     report (OUT/report.html, or --report) with its player's two clips beside it."""
     from clearsight import api
 
-    if out is not None:
-        api.check_output_folder(out, "--out")
-    if report is not None:
-        api.check_output_file(report, "--report")
+    api.check_video_options(fps=fps)
+    if not data.exists():
+        raise OptionError("data", f"{data} not found")
+    if clean is None and not data.is_dir():
+        raise OptionError(
+            "data",
+            f"{data} is a file: give its clean video with --clean, or a folder with the "
+            "input frames (rain/, moire/ or input/) and clean/",
+        )
+    players = api.player_paths(report) if report is not None else ()
+    api.plan_fixed_outputs(
+        out, report, inputs=[p for p in (data, clean) if p is not None], report_files=players
+    )
     pairs: Any = data if clean is None else (data, clean)
     res = api.evaluate_video(
         model, pairs, out, preset=preset, save_images=save, report=report, fps=fps,

@@ -1,4 +1,4 @@
-"""`clearsight import paddle`: other frameworks' weights into a clearsight artifact."""
+"""`clearsight import paddle|torch`: other frameworks' weights into a clearsight artifact."""
 
 from __future__ import annotations
 
@@ -39,8 +39,9 @@ def import_paddle_cmd(
 ) -> None:
     """Read WEIGHTS without Paddle (a restricted unpickler: nothing in the file runs), map
     every name and layout to ARCH, check every shape, and save an artifact."""
-    from clearsight.api import import_paddle
+    from clearsight.api import check_artifact_target, import_paddle
 
+    check_artifact_target(out)
     result = import_paddle(weights, arch, out, sets=sets or [], name=name)
     console.print(
         f"imported {result.tensors} tensors from {weights.name} as {result.architecture} "
@@ -52,4 +53,40 @@ def import_paddle_cmd(
         say((f"finding ({f['check']}):", "yellow"), f" {f['detail']}")
     if result.findings:
         say(f"run `clearsight audit {result.path}` to see them checked")
+    console.print(f"wrote {result.path}", highlight=False)
+
+
+@import_app.command("torch")
+@friendly
+def import_torch_cmd(
+    weights: Annotated[
+        str,
+        typer.Argument(
+            help="PyTorch checkpoint (.pth/.pt/.tar) or hf://OWNER/REPO/FILE[@REVISION]."
+        ),
+    ],
+    arch: Annotated[str, typer.Option("--arch", help="Architecture: esdnet, esdnet-l, nafnet.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Artifact folder or .safetensors file.")],
+    args: Annotated[
+        str | None,
+        typer.Option(
+            "--args",
+            help="Architecture arguments as JSON (e.g. '{\"width\": 16}'); by default they are "
+            "inferred from the tensor shapes.",
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Model name to record.")] = None,
+) -> None:
+    """Read WEIGHTS weights-only (a pickle that would run code is refused), map the official
+    names (ESDNet's, NAFNet's or ClearView's NAFNet) to ARCH, check every shape, and save an
+    artifact with a model card stub."""
+    from clearsight.api import import_torch
+
+    result = import_torch(weights, arch, out, args=args, name=name)
+    console.print(
+        f"imported {result.tensors} tensors from {weights} as {result.architecture} "
+        f"{result.arch_args}",
+        highlight=False,
+        soft_wrap=True,
+    )
     console.print(f"wrote {result.path}", highlight=False)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -53,6 +52,9 @@ if TYPE_CHECKING:
 
 __all__ = ["restore_images", "run_on_ray"]
 
+CHECKED_VIDEO_OPTIONS = ("start", "duration", "codec", "crf", "fps")
+"""The video options checked once before any work (`clearsight.video.options`)."""
+
 EPILOG = (
     "Existing outputs are replaced (--overwrite, the default: rerunning with another model "
     "or options must refresh them); --skip-existing keeps them, to resume a run. A file that "
@@ -94,9 +96,17 @@ def restore_images(
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
+    if isinstance(options.get("scales"), str):
+        options["scales"] = api.parse_scales(options["scales"])
+    api.InferenceOptions(**options)  # checked once, for videos as for images
     video = dict(video or {})
-    plan = _media_plan(inputs, out, video.get("fps"), video.get("frames_out"))
+    api.check_video_options(
+        **{k: video.get(k) for k in CHECKED_VIDEO_OPTIONS},
+        container=None if video.get("keep_container") else "mp4",
+        container_hint=", or --keep-container for .mkv inputs",
+    )
     on_ray = api.check_engine(engine) == "ray"
+    plan = _media_plan(inputs, out, video, on_ray)
     if bundled is not None and (plan.images or not plan.videos):
         api.require_bundled(model, bundled)
     account = None
@@ -128,7 +138,7 @@ def restore_images(
         )  # fmt: skip
     else:
         failed = _restore_videos(plan.videos, out, video_model or model, fail_fast=fail_fast,
-                                 **common)  # fmt: skip
+                                 skip_existing=bool(skip_existing), **common)  # fmt: skip
     earlier = len(account.failed) if account is not None else 0
     if failed or earlier:
         say(f"{len(failed) + earlier} input(s) failed; see {out / 'failures.csv'}", err=True)
@@ -136,69 +146,84 @@ def restore_images(
     return account
 
 
-def _media_plan(inputs: list[str], out: Path, fps: float | None, frames_out: Path | None) -> Any:
-    """Images apart from videos (`clearsight.api.split_media`); with --fps, each folder
-    given is one video of numbered frames, restored to OUT/<folder name>.mp4."""
+def _media_plan(inputs: list[str], out: Path, video: dict[str, Any], on_ray: bool) -> Any:
+    """The run's one output plan (`clearsight.output_plan.plan_run`), checked before any
+    work: images apart from videos; with --fps, each folder given is one video of numbered
+    frames, restored to OUT/<folder name>.mp4. On Ray the image engine plans the images
+    (globs, manifests and URIs), so only the videos are planned here."""
     from clearsight import api
 
-    if fps is not None and (not math.isfinite(fps) or fps <= 0):
-        raise OptionError("fps", f"must be a frame rate > 0, got {fps:g}")
-    if frames_out is not None:
-        api.check_output_folder(frames_out, "--frames-out")
-    folders = [Path(i) for i in inputs if fps is not None and Path(i).is_dir()]
-    plan = api.split_media([i for i in inputs if Path(i) not in folders], out)
-    plan.videos = [(f, out / f.resolve().name) for f in folders] + plan.videos
+    fps, frames_out = video.get("fps"), video.get("frames_out")
+    if on_ray:
+        for option, name in (("fps", "--fps"), ("frames_out", "--frames-out")):
+            if video.get(option) is not None:
+                raise OptionError(
+                    option, f"{name} runs with --engine local (Ray takes video files)"
+                )
+    plan = api.plan_run(
+        inputs, out, fps=fps, frames_out=frames_out, plan_images=not on_ray,
+        keep_container=bool(video.get("keep_container")),
+    )  # fmt: skip
+    if video.get("keep_container"):
+        api.check_output_containers(video.get("codec"), (v.target for v in plan.videos))
     if frames_out is not None and not plan.videos:
         raise OptionError("frames_out", "writes the frames of videos; no video among the inputs")
     return plan
 
 
-def _frames_folder(frames_out: Path | None, out: Path, target: Path, several: bool) -> Any:
-    """--frames-out DIR for one video; DIR/<its path under OUT, without suffix> for several."""
-    if frames_out is None or not several:
-        return frames_out
-    rel = target.relative_to(out)
-    return frames_out / rel.with_name(rel.name.removesuffix(rel.suffix))
-
-
 def _restore_videos(
-    videos: list[tuple[Path, Path]],
+    videos: list[Any],
     out: Path,
     model: str,
     *,
     verb: str,
     max_pixels: int | None,
     fail_fast: bool,
+    skip_existing: bool,
     earlier: list[Any],
     device: str,
     tile: int | None,
     video: dict[str, Any],
 ) -> list[Any]:
-    """Each video through `clearsight.api.restore_video`, one line each; returns the ones
-    that failed (also in OUT/failures.csv, with the images that failed before)."""
+    """Each planned video (`clearsight.output_plan.VideoOutput`) through
+    `clearsight.api.restore_video`, one line each, and the summary (also when failures.csv
+    cannot be written); returns the ones that failed (also in OUT/failures.csv, with the
+    images that failed before)."""
     from clearsight import api
 
-    keep_container = bool(video.pop("keep_container", False))
-    frames_out = video.pop("frames_out", None)
+    video = {k: v for k, v in video.items() if k not in ("keep_container", "frames_out")}
+    frames = {v.source: v.frames for v in videos}
     loaded = api.load_model(model, device=device)
+    skipped: list[Path] = []
 
     def one(source: Path, target: Path) -> Any:
-        frames = _frames_folder(frames_out, out, target, len(videos) > 1)
         return api.restore_video(
             loaded, source, target, device=device, tile=tile, max_pixels=max_pixels,
-            progress=True, frames_out=frames, **video,
+            progress=True, frames_out=frames[source], **video,
         )  # fmt: skip
 
     def done(source: Path, target: Path, r: Any) -> None:
         say(f"{source} -> {target}  ({r.frames} frames, {r.fps:.2f} fps)", err=True)
 
-    ok, failed, _ = api.run_videos(
-        videos, one, out, keep_container=keep_container, fail_fast=fail_fast,
-        earlier_failed=earlier, on_done=done,
-        on_failure=lambda f: say_failed(f.source, f.reason),
-    )  # fmt: skip
-    say(f"{verb} {len(ok)} video(s) into {out} with {model}")
-    say(f"{len(ok)} done, 0 skipped, {len(failed)} failed")
+    def skip(source: Path, target: Path) -> None:
+        skipped.append(source)
+        say(f"{source} -> {target}  (exists, skipped)", err=True)
+
+    def summary(ok: int, failed: int) -> None:
+        say(f"{verb} {ok} video(s) into {out} with {model}")
+        say(f"{ok} done, {len(skipped)} skipped, {failed} failed")
+
+    try:
+        ok, failed, _ = api.run_videos(
+            videos, one, out, existing="skip" if skip_existing else "overwrite",
+            fail_fast=fail_fast, earlier_failed=earlier, on_done=done, on_skip=skip,
+            on_failure=lambda f: say_failed(f.source, f.reason),
+        )  # fmt: skip
+    except api.FailuresCsvError as exc:  # the run's account still gets printed
+        if exc.run is not None:
+            summary(len(exc.run[0]), len(exc.run[1]))
+        raise
+    summary(len(ok), len(failed))
     return failed
 
 
@@ -211,10 +236,7 @@ def _restore_videos_ray(
     that failed. Finished outputs are skipped unless --overwrite, as Ray runs images."""
     from clearsight.api.video_ray import restore_videos_ray
 
-    video = dict(video)
-    for option, name in (("fps", "--fps"), ("frames_out", "--frames-out")):
-        if video.pop(option, None) is not None:
-            raise OptionError(option, f"{name} runs with --engine local (Ray takes video files)")
+    video = {k: v for k, v in video.items() if k not in ("fps", "frames_out")}  # local only
 
     def start(**callbacks: Any) -> Any:
         return restore_videos_ray(
@@ -470,6 +492,15 @@ def demoire_cmd(
         ),
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder.")] = Path("demoired"),
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Default: default-demoire (mbcnn-light); any demoiréing artifact, e.g. an "
+            "imported ESDNet (`clearsight import torch`), runs on images and videos.",
+        ),
+    ] = None,
     tile: TileOpt = None,
     tta: TtaOpt = "none",
     scales: ScalesOpt = "1.0",
@@ -494,9 +525,11 @@ def demoire_cmd(
     frames_out: FramesOutOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)."""
+    """Remove moiré with the bundled default demoiréing model (mbcnn-light, see `models`)
+    or the one given with --model."""
     restore_images(
-        inputs, out, model=DEFAULT_DEMOIRE, bundled="MBCNN", what="demoiréing",
+        inputs, out, model=model or DEFAULT_DEMOIRE, bundled=None if model else "MBCNN",
+        what="demoiréing",
         verb="demoiréd", engine=engine, max_pixels=max_pixels, skip_existing=skip_existing,
         fail_fast=fail_fast, verbose=verbose, address=address, workers=workers,
         batch_size=batch_size, tile=tile, ensemble=tta, scales=scales, device=device,

@@ -27,6 +27,13 @@ from typing import Any
 
 TABLE_PATH = Path(__file__).resolve().parents[1] / "assets" / "backend_table.json"
 FALLBACK = "torch"
+SLOWER_MARGIN = 1.2
+"""ONNX Runtime asked for by name is worth a warning when torch was measured at least this
+many times faster: below it, the two are within a loaded machine's noise."""
+
+
+class SlowerBackendWarning(UserWarning):
+    """ONNX Runtime was asked for by name where torch was measured clearly faster."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,48 @@ def _entries(table: Mapping[str, Any], architecture: str) -> list[tuple[int, dic
     return [(side, t) for side, t in out if side > 0 and len(t) >= 2]
 
 
+def _nearest(
+    table: Mapping[str, Any], architecture: str, height: int, width: int
+) -> tuple[int, dict[str, float]] | None:
+    """The measured (side, {backend: seconds}) nearest `height` x `width` (log of the pixel
+    count, so 700x700 sits between 512 and 1024 as a ratio does; ties go to the smaller
+    size), or None where nothing was measured for `architecture`."""
+    entries = _entries(table, architecture)
+    if not entries:
+        return None
+    pixels = max(1, height * width)
+    return min(entries, key=lambda e: (abs(math.log(e[0] ** 2 / pixels)), e[0]))
+
+
+def slower_than_torch(
+    architecture: str,
+    height: int,
+    width: int,
+    *,
+    table: Mapping[str, Any] | None = None,
+    margin: float = SLOWER_MARGIN,
+) -> str | None:
+    """Why ONNX Runtime is the wrong pick for `architecture` at this size, or None.
+
+    A sentence when the table measured torch at least `margin` times faster at the nearest
+    size (RESCAN at 1024x1024: 2.4x), for a warning where ONNX Runtime was asked for by name.
+    """
+    tab = load_table() if table is None else table
+    nearest = _nearest(tab, architecture, height, width)
+    if nearest is None:
+        return None
+    side, times = nearest
+    ort, pt = times.get("onnxruntime"), times.get("torch")
+    if ort is None or pt is None or ort < margin * pt:
+        return None
+    cpu = str(tab.get("cpu", "an unnamed CPU"))
+    return (
+        f"onnxruntime runs {architecture} {ort / pt:.1f}x slower than torch near "
+        f"{side}x{side} ({ort:.1f} s against {pt:.1f} s, {measured_on(cpu)}); "
+        "the PyTorch model with --backend auto (or torch) runs the faster one"
+    )
+
+
 def choose_backend(
     architecture: str,
     height: int,
@@ -100,15 +149,13 @@ def choose_backend(
     """The backend to run `architecture` on an image of `height` x `width` pixels.
 
     `table` defaults to the shipped one (`load_table`); `onnxruntime` to whether it is
-    importable. The nearest measured size wins (log of the pixel count, so 700x700 sits
-    between 512 and 1024 as a ratio does); ties go to the smaller size.
+    importable. The nearest measured size wins (`_nearest`).
     """
     tab = load_table() if table is None else table
-    entries = _entries(tab, architecture)
-    if not entries:
+    nearest = _nearest(tab, architecture, height, width)
+    if nearest is None:
         return BackendChoice(FALLBACK, f"torch: nothing measured for {architecture}")
-    pixels = max(1, height * width)
-    side, times = min(entries, key=lambda e: (abs(math.log(e[0] ** 2 / pixels)), e[0]))
+    side, times = nearest
     fastest = min(times, key=lambda b: times[b])
     cpu = str(tab.get("cpu", "an unnamed CPU"))
     if fastest == "onnxruntime" and not (ort_available() if onnxruntime is None else onnxruntime):

@@ -25,7 +25,7 @@ from torchvision.utils import draw_bounding_boxes
 from clearsight.artifact import LoadedModel
 from clearsight.atomic import atomic_write_text
 from clearsight.detection.preprocess import Transform, prepare
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, check_unit_interval
 from clearsight.io import read_image, write_image
 from clearsight.models.contract import detection_labels, own_postprocess
 
@@ -44,6 +44,28 @@ __all__ = [
 DEFAULT_DETECT_MODEL = "default-detect"
 RESULTS_FILE = "detections.json"
 DEFAULT_SCORE_THRESHOLD = 0.3
+
+
+def check_detector_options(device: str | torch.device, backend: str, precision: str) -> None:
+    """`device` (one that exists here), `backend` and `precision` of a detector, checked as
+    `InferenceOptions` checks a restorer's: an `OptionError` naming the option, before any
+    work (`--device cuda:3` on a machine without CUDA was an internal error)."""
+    from clearsight.engine.inference import check_device
+    from clearsight.errors import OptionError
+    from clearsight.runtime.ort_backend import BACKENDS
+    from clearsight.zoo import PRECISIONS
+
+    check_device(device)
+    if backend not in BACKENDS:
+        raise OptionError("backend", f"unknown backend {backend!r}; known: {', '.join(BACKENDS)}")
+    if precision not in PRECISIONS:
+        raise OptionError(
+            "precision", f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}"
+        )
+    if precision == "int8" and str(device) != "cpu":
+        raise OptionError(
+            "precision", f"int8 runs with ONNX Runtime on the CPU; got --device {device}"
+        )
 
 
 @dataclass
@@ -135,22 +157,13 @@ class Detector:
         layout, parity-checked) and run by ONNX Runtime on the CPU, as restore's --backend.
         `precision="int8"`: `REF.int8.onnx` (`compress quantize`) on ONNX Runtime, as
         restore's --precision."""
-        from clearsight.errors import OptionError
-        from clearsight.runtime.ort_backend import check_backend
-        from clearsight.zoo import PRECISIONS, find_int8, resolve_model
+        from clearsight.zoo import find_int8, resolve_model
 
-        if precision not in PRECISIONS:
-            raise OptionError(
-                "precision", f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}"
-            )
+        check_detector_options(device, backend, precision)
         if precision == "int8":
-            if str(device) != "cpu":
-                raise OptionError(
-                    "precision", f"int8 runs with ONNX Runtime on the CPU; got --device {device}"
-                )
             return cls(resolve_model(str(find_int8(ref))), device=device)
         loaded = resolve_model(ref, device=device)
-        if check_backend(backend) != "torch":
+        if backend != "torch":
             from clearsight.export.onnx import to_onnxruntime
 
             loaded = to_onnxruntime(loaded, str(device))
@@ -183,8 +196,7 @@ class Detector:
         max_detections: int = 100,
     ) -> list[Detections]:
         """`detect_batch` on images already through `restore_images`."""
-        if not 0.0 <= score_threshold <= 1.0:
-            raise ClearsightError(f"--score-threshold must be in [0, 1], got {score_threshold}")
+        check_unit_interval("score_threshold", score_threshold)
         prepared = [prepare(img, self.loaded.config.preprocess) for img in images]
         sizes = {tuple(x.shape) for x, _ in prepared}
         if len(sizes) != 1:
@@ -272,6 +284,7 @@ class Detector:
             update_failures_csv,
         )
 
+        check_unit_interval("score_threshold", score_threshold)  # once, before any image
         started = time.time()  # this run's start: older leftovers of dead writers are swept
         out = check_output_folder(out_dir)
         plan = plan_outputs([Path(p) for p in inputs], out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -29,16 +30,18 @@ from clearsight.defaults import (
     DEFAULT_TILE,
     MIN_TILE,
 )
-from clearsight.engine.backend_table import BackendChoice
+from clearsight.engine.backend_table import BackendChoice, SlowerBackendWarning, slower_than_torch
 from clearsight.errors import ClearsightError, ModelOutputError, OptionError
 from clearsight.io import image_to_tensor, tensor_to_image
 from clearsight.models.contract import as_restoration_model
 from clearsight.preprocess import pad_to_multiple, resize_antialiased
-from clearsight.runtime.ort_backend import BACKENDS
+from clearsight.runtime.ort_backend import BACKENDS, ort_precision
 from clearsight.tiling import Progress, tiled_apply
 from clearsight.zoo import PRECISIONS
 
 _log = logging.getLogger(__name__)
+_SLOWER_SAID: set[str] = set()
+"""The `SlowerBackendWarning`s already given in this process."""
 Ensemble = Literal["none", "flip", "x8"]
 AUTO = "auto"
 BACKEND_OPTIONS = (AUTO, *BACKENDS)
@@ -294,6 +297,9 @@ class Restorer:
         model; the mean over its model calls when it had several (ensemble views, scales,
         generic tiles). None for a model without stages."""
         self._ort_delegate: Restorer | None = None
+        self.warn_if_slower = self.loaded.on_onnxruntime
+        """Warn when ONNX Runtime runs this model where torch was measured clearly faster
+        (`_warn_if_slower`); off for the Restorer `backend="auto"` chose it for."""
         self.last_backend: BackendChoice | None = None
         """What `backend="auto"` ran the last `restore` with, and why; None otherwise."""
 
@@ -450,7 +456,22 @@ class Restorer:
 
             opts = replace(self.options, backend="onnxruntime")
             self._ort_delegate = Restorer(to_onnxruntime(self.loaded, opts.device), opts)
+            self._ort_delegate.warn_if_slower = False  # chosen because it is faster here
         return self._ort_delegate
+
+    def _warn_if_slower(self, height: int, width: int) -> None:
+        """A `SlowerBackendWarning`, once per model and reason in a process (a server builds
+        a Restorer per request), when this model runs on ONNX Runtime fp32 at a size where
+        the shipped table measured torch clearly faster (RESCAN at 1024x1024: its tiles and
+        whole-image statistics pass compute 1.6x the pixels)."""
+        if not self.warn_if_slower or (ort_precision(self.model) or "fp32") != "fp32":
+            return
+        why = slower_than_torch(self.loaded.config.architecture, height, width)
+        said = f"{self.loaded.source}: {why}"
+        if why is not None and said not in _SLOWER_SAID:
+            _SLOWER_SAID.add(said)
+            _log.info("%s", said)
+            warnings.warn(said, SlowerBackendWarning, stacklevel=3)
 
     # -- public -------------------------------------------------------------------------
     @torch.inference_mode()
@@ -464,6 +485,7 @@ class Restorer:
                 y = delegate.restore(rgb01, progress)
                 self.last_stages_used = delegate.last_stages_used
                 return y
+        self._warn_if_slower(int(rgb01.shape[-2]), int(rgb01.shape[-1]))
         x = self.spec.to_model(rgb01.to(self.options.device, torch.float32))
         self._stage_calls = []
         views = ENSEMBLE_VIEWS[self.options.ensemble]

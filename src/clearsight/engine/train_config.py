@@ -107,7 +107,9 @@ class ScheduleConfig:
 
 @dataclass
 class LossConfig:
-    name: str = "rescan"  # l1 | mse | charbonnier | ssim | rescan | mbcnn | multibox (SSD) | yolox
+    name: str = "rescan"
+    """l1 | mse | charbonnier | ssim | psnr (NAFNet's) | rescan | mbcnn | esdnet (multi-scale
+    L1) | multibox (SSD) | yolox"""
     eps: float = 1e-3  # charbonnier
     detector: str | None = None
     """Restoration: a frozen detector (artifact or bundled name) whose features of the
@@ -221,7 +223,18 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.cache": ("memory", "none"),
     "optim.name": ("adam", "adamw"),
     "schedule.name": ("multistep", "cosine"),
-    "loss.name": ("l1", "mse", "charbonnier", "ssim", "rescan", "mbcnn", "multibox", "yolox"),
+    "loss.name": (
+        "l1",
+        "mse",
+        "charbonnier",
+        "ssim",
+        "psnr",
+        "rescan",
+        "mbcnn",
+        "esdnet",
+        "multibox",
+        "yolox",
+    ),  # fmt: skip
     "train.amp": ("auto", "bf16", "off"),
     "train.memory_format": ("auto", "channels_last", "contiguous"),
     "train.compile": ("auto", "on", "off"),

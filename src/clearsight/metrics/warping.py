@@ -25,6 +25,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from clearsight.errors import library_reason
 from clearsight.metrics._errors import MetricInputError, ShapeMismatchError
 from clearsight.metrics.presets import get_preset
 
@@ -38,6 +39,9 @@ DEFAULT_FLOW_PRESET = "medium"
 # Lai et al.'s occlusion thresholds (after Ruder et al. 2016), on squared flow magnitudes.
 FB_RELATIVE, FB_ABSOLUTE = 0.01, 0.5
 MB_RELATIVE, MB_ABSOLUTE = 0.01, 0.002
+FLOW_MIN_LONG_SIDE = 12
+"""DIS refuses frames whose longer side is under 12 pixels (and whose shorter side is under
+its patch size, 8 in every preset here); measured on OpenCV 5.1, pinned by a test."""
 
 
 def _unit(img: np.ndarray) -> np.ndarray:
@@ -60,8 +64,15 @@ def _gray8(img: np.ndarray) -> np.ndarray:
     return cv2.cvtColor(u8, cv2.COLOR_RGB2GRAY)
 
 
+class FlowTooSmallError(MetricInputError):
+    """Frames too small for the optical flow: the warping error and flicker of such a clip
+    cannot be computed (the temporal blend passes them through instead)."""
+
+
 class FlowEstimator:
-    """OpenCV DIS optical flow (one instance reused: it keeps its buffers)."""
+    """OpenCV DIS optical flow (one instance reused: it keeps its buffers). Frames it cannot
+    run on are a `FlowTooSmallError` (`too_small` says so beforehand), and any other OpenCV
+    failure a one-line `MetricInputError`, never OpenCV's own multi-line error."""
 
     def __init__(self, preset: str = DEFAULT_FLOW_PRESET) -> None:
         if preset not in FLOW_PRESETS:
@@ -70,13 +81,32 @@ class FlowEstimator:
             )
         self.preset = preset
         self._dis = cv2.DISOpticalFlow_create(FLOW_PRESETS[preset])
+        self.min_side = int(self._dis.getPatchSize())
+
+    def too_small(self, height: int, width: int) -> str | None:
+        """Why frames of this size cannot have a flow (None when they can), in words."""
+        if min(height, width) >= self.min_side and max(height, width) >= FLOW_MIN_LONG_SIDE:
+            return None
+        return (
+            f"frames of {width}x{height} are too small for optical flow (it needs at least "
+            f"{self.min_side} pixels on each side and {FLOW_MIN_LONG_SIDE} on the longer one)"
+        )
 
     def __call__(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """HxWx2 float32 flow with src(x) ~ dst(x + flow(x)); src/dst are RGB frames or
         uint8 gray planes."""
         a = src if src.ndim == 2 else _gray8(src)
         b = dst if dst.ndim == 2 else _gray8(dst)
-        return self._dis.calc(a, b, None)
+        problem = self.too_small(*a.shape[:2])
+        if problem is not None:
+            raise FlowTooSmallError(problem)
+        try:
+            return self._dis.calc(a, b, None)
+        except cv2.error as exc:
+            h, w = a.shape[:2]
+            raise MetricInputError(
+                f"optical flow failed on {w}x{h} frames ({library_reason(exc)})"
+            ) from exc
 
 
 def warp(img: np.ndarray, flow: np.ndarray) -> np.ndarray:

@@ -2,8 +2,10 @@
 
 # Importing each architecture module registers it.
 from clearsight.models import (  # noqa: F401
+    esdnet,
     identity,
     mbcnn,
+    nafnet,
     rescan,
     s2vd,
     ssd_mobilenet_v1,

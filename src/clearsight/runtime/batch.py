@@ -43,8 +43,19 @@ def check_link(path: Path) -> None:
         raise ImageReadError(f"{path}: symbolic link to {target}, which does not exist") from exc
 
 
+def check_video_file(path: Path) -> None:
+    """A video input is a regular file (or a folder of numbered frames): a link that loops
+    or leads nowhere (`check_link`), or a device or named pipe given with a video's name,
+    is an `ImageReadError` naming it (as an image is refused), never opened (a pipe would
+    block the run)."""
+    check_link(path)
+    if path.exists() and not path.is_file() and not path.is_dir():  # a folder: its frames
+        raise ImageReadError(f"{path}: not a regular file")
+
+
 def plan_outputs(inputs: Sequence[Path], out_dir: Path) -> list[tuple[Path, Path]]:
-    """(source, destination) pairs: files land as OUT/name, folder contents as OUT/relative path."""
+    """(source, destination) pairs: files land as OUT/name, folder contents as OUT/relative path.
+    A file given twice onto one output (itself and its folder) is planned once."""
     plan: list[tuple[Path, Path]] = []
     for item in inputs:
         item = Path(item)
@@ -64,10 +75,14 @@ def plan_outputs(inputs: Sequence[Path], out_dir: Path) -> list[tuple[Path, Path
         else:
             raise ImageReadError(f"input not found: {item}")
     seen: dict[Path, Path] = {}
+    once: list[tuple[Path, Path]] = []
     for src, dst in plan:
         if dst in seen:
+            if os.path.realpath(seen[dst]) == os.path.realpath(src):  # given twice: once
+                continue
             raise ClearsightError(f"two inputs would be written to {dst}: {seen[dst]} and {src}")
         if os.path.realpath(dst) == os.path.realpath(src):  # no error on a symlink loop
             raise ClearsightError(f"output {dst} would overwrite its input; choose another --out")
         seen[dst] = src
-    return plan
+        once.append((src, dst))
+    return once

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from clearsight.atomic import atomic_write_text, sweep_leftovers
-from clearsight.errors import ClearsightError, ModelOutputError, OptionError
+from clearsight.errors import ClearsightError, ModelOutputError, OptionError, library_reason
 from clearsight.io import resolve_max_pixels
 
 __all__ = [
@@ -80,11 +80,15 @@ def check_finite(output: torch.Tensor) -> None:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """One line for a failed file: a `ClearsightError`'s message, else the type and message."""
+    """One line for a failed file: a `ClearsightError`'s message, OpenCV's or FFmpeg's own
+    words for theirs (`library_reason`), else the type and message."""
     lines = str(exc).strip().splitlines()
     text = lines[0] if lines else ""
     if isinstance(exc, ClearsightError):
         return text or type(exc).__name__
+    library = library_reason(exc)
+    if library is not None:
+        return library
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

@@ -33,7 +33,13 @@ image size (RESCAN at 1024x1024: 1.6 GB tiled against 3.9 GB untiled; ORT keeps 
 statistics pass's arena although each derived run asks it to shrink). Tiling costs time:
 the halo (RESCAN at 1024x1024 with 512-pixel tiles computes 1.35x the pixels) plus the
 statistics pass. A file exported before `shared_stats` existed still runs such models
-untiled, with an `UntiledWarning`.
+untiled, with an `UntiledWarning`. Tiles of one image keep the arena between them; the last
+hands it back.
+
+Sessions leave out ONNX Runtime's NCHWc layout pass where most convolutions feed a `Split`
+(RESCAN's fused GRU gates), which would put a reorder after each (`blocked_layout_pays`).
+Even so, RESCAN's tiles make ONNX Runtime fp32 slower than torch at 1024x1024: the
+`Restorer` warns where it was asked for by name (docs/export.md).
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ from clearsight.models.contract import RestorationModel, TiledRestore, TilingLim
 from clearsight.onnx_meta import STATS_INPUT, read_onnx_metadata
 from clearsight.preprocess import downscale_to_pixels, pad_to_multiple
 from clearsight.runtime.ort_detect import OrtDetector
-from clearsight.tiling import tiled_apply
+from clearsight.runtime.threads import spinning_allowed
+from clearsight.tiling import grid_spans, tiled_apply
 
 BACKENDS = ("torch", "onnxruntime")
 
@@ -71,17 +78,68 @@ def _ort() -> Any:
     return onnxruntime
 
 
-def make_session(model: str | os.PathLike[str] | bytes, threads: int | None = None) -> Any:
-    """A CPU `InferenceSession` using `threads` intra-op threads (default: torch's)."""
+NCHWC = "NchwcTransformer"
+"""ONNX Runtime's blocked-channel layout pass (`ORT_ENABLE_ALL`, on AVX2/AVX-512 CPUs)."""
+
+
+def blocked_layout_pays(graph: Any) -> bool:
+    """Whether ONNX Runtime's NCHWc layout is worth it for `graph` (an ONNX GraphProto).
+
+    NCHWc runs convolutions on channel blocks and pays where that layout flows from one
+    convolution to the next. `Split` does not take it, so a convolution feeding a `Split`
+    (RESCAN's fused GRU gates: 35 of its 58 convolutions) gets a `ReorderOutput` back to
+    NCHW after it: RESCAN at 512x512 spent 1.2 s of 7.8 in reorders, and ran on 13% less
+    CPU time without the pass (`benchmarks/restore_speed.py`). Where at least half the
+    convolutions feed a `Split`, the pass is left out."""
+    feeds_split = {i for n in graph.node if n.op_type == "Split" for i in n.input[:1]}
+    convs = [n for n in graph.node if n.op_type == "Conv"]
+    into_split = sum(1 for n in convs if feeds_split.intersection(n.output))
+    return not convs or 2 * into_split < len(convs)
+
+
+def _disabled_passes(model: str | os.PathLike[str] | bytes) -> list[str]:
+    """The graph passes to leave out for `model` (`blocked_layout_pays`); none where the
+    file cannot be parsed here (ONNX Runtime then says what is wrong with it)."""
+    try:
+        import onnx
+
+        proto = (
+            onnx.load_from_string(model)
+            if isinstance(model, bytes)
+            else onnx.load(str(model), load_external_data=False)
+        )
+    except Exception:  # not ONNX, or no onnx package: the session reports it
+        return []
+    return [] if blocked_layout_pays(proto.graph) else [NCHWC]
+
+
+def make_session(
+    model: str | os.PathLike[str] | bytes,
+    threads: int | None = None,
+    *,
+    blocked_layout: bool | None = None,
+) -> Any:
+    """A CPU `InferenceSession` using `threads` intra-op threads (default: torch's), which
+    sleep when idle unless `OMP_WAIT_POLICY=ACTIVE` (`runtime.threads`). `blocked_layout`:
+    whether to run the NCHWc pass (None: where `blocked_layout_pays`)."""
     ort = _ort()
+    if blocked_layout is None:
+        disabled = _disabled_passes(model)
+    else:
+        disabled = [] if blocked_layout else [NCHWC]
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(threads or torch.get_num_threads())
     opts.inter_op_num_threads = 1
+    spin = "1" if spinning_allowed() else "0"
+    opts.add_session_config_entry("session.intra_op.allow_spinning", spin)
+    opts.add_session_config_entry("session.inter_op.allow_spinning", spin)
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3  # errors only: no shape-inference chatter on stderr
     src = model if isinstance(model, bytes) else str(model)
-    return ort.InferenceSession(src, sess_options=opts, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        src, sess_options=opts, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
+    )
 
 
 def _prune(graph: Any, outputs: list[str]) -> None:
@@ -191,6 +249,11 @@ class OrtModel(RestorationModel):
         self.model_data = model_data
         """The file's path or bytes (as `OrtDetector.model_data`): tiling and int8 re-read it."""
         self._derived: dict[str, Any] = {}
+        self.shrink_every_tile = False
+        """Hand the arena back after every tile, not only the last (the former behaviour,
+        kept for benchmarks)."""
+        self.blocked_layout: bool | None = None
+        """The derived graphs' NCHWc choice (`make_session`); None decides per graph."""
         stats = export_info.get("shared_stats")
         self.shared_stats: dict[str, Any] | None = (
             stats if isinstance(stats, dict) and model_data is not None else None
@@ -238,7 +301,7 @@ class OrtModel(RestorationModel):
                 assert data is not None
                 data = Path(data).read_bytes()
             derived = derive_graph(data, self.shared_stats, self.main_output, kind)
-            self._derived[kind] = make_session(derived)
+            self._derived[kind] = make_session(derived, blocked_layout=self.blocked_layout)
         return self._derived[kind]
 
     @staticmethod
@@ -257,13 +320,18 @@ class OrtModel(RestorationModel):
         outs = session.run(list(self.shared_stats["sites"]), feeds, _shrink_arena())
         return torch.from_numpy(np.stack(outs, axis=1))
 
-    def run_shared(self, x: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+    def run_shared(
+        self, x: torch.Tensor, stats: torch.Tensor, *, shrink: bool = True
+    ) -> torch.Tensor:
         """The main output for `x` (H, W multiples of `pad_multiple`) with every global
-        pooling site using `stats` [N, sites, C] instead of pooling `x`."""
+        pooling site using `stats` [N, sites, C] instead of pooling `x`. `shrink`: hand the
+        arena's memory back after the run (False between tiles of one image, whose next
+        tile needs the same memory again: RESCAN tiled at 1024x1024 used 5% less CPU time)."""
         assert self.shared_stats is not None
         feeds = {self.input_name: self._array(x), self.shared_stats["input"]: self._array(stats)}
         tile = self._session("tile")
-        return torch.from_numpy(tile.run([self.main_output], feeds, _shrink_arena())[0])
+        opts = _shrink_arena() if shrink else None
+        return torch.from_numpy(tile.run([self.main_output], feeds, opts)[0])
 
     def restore_shared(
         self,
@@ -281,9 +349,15 @@ class OrtModel(RestorationModel):
         halo = int(self.shared_stats["halo"]) if halo is None else halo
         blend = int(self.shared_stats["blend"]) if blend is None else blend
 
+        total = len(grid_spans(x.shape[-2], tile)) * len(grid_spans(x.shape[-1], tile))
+        done = 0
+
         def run(t: torch.Tensor) -> torch.Tensor:
+            nonlocal done
+            done += 1
             h, w = t.shape[-2:]
-            y = self.run_shared(pad_to_multiple(t, self.pad_multiple), stats)
+            padded = pad_to_multiple(t, self.pad_multiple)
+            y = self.run_shared(padded, stats, shrink=self.shrink_every_tile or done >= total)
             return y[..., :h, :w]
 
         y = tiled_apply(run, x, tile=tile, halo=halo, blend=blend, progress=progress)
@@ -339,14 +413,20 @@ def _one_line(exc: BaseException) -> str:
     return text[0][:200] if text else type(exc).__name__
 
 
-def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -> LoadedModel:
+def load_onnx(
+    path: str | os.PathLike[str] | bytes,
+    source: str | None = None,
+    *,
+    blocked_layout: bool | None = None,
+) -> LoadedModel:
     """Load an exported `.onnx` file (or its bytes) as a `LoadedModel` run by ONNX Runtime:
-    an `OrtModel` for restoration, an `OrtDetector` (`runtime/ort_detect.py`) for detection."""
+    an `OrtModel` for restoration, an `OrtDetector` (`runtime/ort_detect.py`) for detection.
+    `blocked_layout` forces the NCHWc pass on or off (`make_session`; for benchmarks)."""
     src = source or (str(path) if not isinstance(path, bytes) else "<onnx bytes>")
     if not isinstance(path, bytes) and not Path(path).is_file():
         raise ArtifactError(f"model artifact not found: {src}")
     try:
-        session = make_session(path)
+        session = make_session(path, blocked_layout=blocked_layout)
     except Exception as exc:  # onnxruntime raises several untyped errors for a bad file
         raise ArtifactError(f"{src}: not a readable ONNX model ({_one_line(exc)})") from None
     config, info = read_onnx_metadata(session, src)
@@ -357,6 +437,7 @@ def load_onnx(path: str | os.PathLike[str] | bytes, source: str | None = None) -
         )
     else:
         model = OrtModel(session, info, src, model_data=path)
+        model.blocked_layout = blocked_layout
     return LoadedModel(model=model, config=config, source=src, backend=Backend.ONNXRUNTIME)
 
 
@@ -364,3 +445,11 @@ def check_backend(name: str) -> str:
     if name not in BACKENDS:
         raise ClearsightError(f"unknown backend {name!r}; known: {', '.join(BACKENDS)}")
     return name
+
+
+def ort_precision(model: object) -> str | None:
+    """The precision an ONNX Runtime model was exported at (fp32, fp16, int8); None for a
+    PyTorch model."""
+    if not isinstance(model, OrtModel):
+        return None
+    return str(model.export_info.get("precision", "fp32"))

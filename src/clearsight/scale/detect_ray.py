@@ -31,7 +31,7 @@ from clearsight.engine.detector import (
     RESULTS_FILE,
     image_ids,
 )
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, check_unit_interval
 from clearsight.families import Family, family_of
 from clearsight.runtime.batch import check_link
 from clearsight.runtime.failures import failure_reason
@@ -273,8 +273,7 @@ def detect_files_ray(
     `restore` (a restoration model reference or "auto") runs before the detector in each
     worker, `save_restored` a folder (on the workers' file system) for what it saw."""
     _check_counts(workers, batch_size)
-    if not 0.0 <= score_threshold <= 1.0:
-        raise ClearsightError(f"--score-threshold must be in [0, 1], got {score_threshold}")
+    check_unit_interval("score_threshold", score_threshold)
     task_name = model_task(model)  # before any worker loads it
     if family_of(task_name) is not Family.DETECTION:
         raise ClearsightError(

@@ -386,7 +386,7 @@ def stitch(
     if temporal:
         from clearsight.video.temporal import TemporalBlend
 
-        blend = TemporalBlend()
+        blend = TemporalBlend(source=source)
     try:
         for part in parts:
             with VideoReader(part.job.output, max_pixels=max_pixels) as seg:
@@ -468,6 +468,9 @@ def restore_videos_ray(
                                     "keep_partial"}  # fmt: skip
     if unknown:
         raise TypeError(f"unknown video options: {', '.join(sorted(unknown))}")
+    from clearsight.video.options import check_video_options
+
+    check_video_options(**{k: video_options.get(k) for k in ("start", "duration", "codec", "crf")})
     from clearsight.zoo import model_task
 
     model_task(model)  # an unknown model is one line here, before Ray starts

@@ -34,7 +34,7 @@ from starlette.requests import ClientDisconnect
 
 from clearsight._version import __version__
 from clearsight.artifact import LoadedModel
-from clearsight.errors import ClearsightError, OptionError
+from clearsight.errors import ClearsightError, OptionError, library_reason
 from clearsight.families import FAMILIES, Family
 from clearsight.io import resolve_max_pixels
 from clearsight.serve.jobs import ACTIVE, JobQueue, JobStatus, QueueFull, VideoJob
@@ -465,15 +465,26 @@ def create_app(
         )
 
     @app.delete(
-        "/v1/jobs/{job_id}", summary="Cancel a queued or running job, or delete a finished one"
+        "/v1/jobs/{job_id}",
+        summary="Cancel a queued or running job, or delete a finished one (202 while a "
+        "cancelled job is still stopping: it is deleted once it has)",
     )
-    async def delete_job(job_id: str) -> dict[str, Any]:
+    async def delete_job(job_id: str) -> JSONResponse:
         job = server.find_job(job_id)
         if job.status in ACTIVE:
             server.jobs.cancel(job)
-            return job.describe()
-        server.jobs.delete(job)
-        return {"id": job.id, "status": "deleted"}
+            return JSONResponse(job.describe())
+        if server.jobs.delete(job):
+            return JSONResponse({"id": job.id, "status": "deleted"})
+        return JSONResponse(
+            {
+                "id": job.id,
+                "status": "deleting",
+                "detail": "the job is still stopping; it is deleted, files and record, once "
+                "it has (then GET answers 404)",
+            },
+            202,
+        )
 
     return app
 
@@ -547,6 +558,9 @@ def _install_errors(app: FastAPI) -> None:
     async def internal_error(_: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, Abandoned):
             return _error_response(504, "the request was abandoned after its time limit")
+        library = library_reason(exc, file_name="the upload")  # the library's own words
+        if library is not None:
+            return _error_response(422, library)
         log.exception("internal error")
         return _error_response(500, f"internal error ({type(exc).__name__}); see the server log")
 

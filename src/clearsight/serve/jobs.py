@@ -7,7 +7,8 @@ under the server's (mode 0700) folder: the upload is removed when the job ends, 
 ends; a failed or cancelled job's folder goes with it, a done job's result stays until the
 job is deleted, dropped as one of the oldest beyond `keep_jobs`, or the server stops.
 Cancelling a running job stops it at its next frame (`JobCancelled` raised from the
-pipeline's frame callback, so the writers remove their half-written files). docs/serving.md.
+pipeline's frame callback, so the writers remove their half-written files); deleting one
+that is still stopping forgets it once it has stopped. docs/serving.md.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import ClearsightError
+from clearsight.errors import ClearsightError, library_reason
 from clearsight.families import Family
+
+if TYPE_CHECKING:
+    from clearsight.video.io import DecodeLimit
 
 log = logging.getLogger("clearsight.serve")
 CLOSE_WAIT_S = 10.0
@@ -78,8 +82,13 @@ class VideoJob:
     future: Future[None] | None = None
     busy: bool = False
     """A worker thread is on it (a cancelled job stays busy until its next frame)."""
-    frame_limit: int | None = None
-    """For a video whose header gives no duration: the most frames the limit allows."""
+    decode_limit: DecodeLimit | None = None
+    """The most frames and seconds the job decodes (set by `check_upload`, whatever the
+    header says)."""
+    notes: list[str] = field(default_factory=list)
+    """What the client should know about a job that ran (a temporal blend skipped)."""
+    delete_when_done: bool = False
+    """`DELETE` came while a cancelled job was still stopping: forget it once it has."""
 
     def on_start(self, total: int | None) -> None:
         """The pipeline's start callback (it must not raise: the pipeline owns nothing yet)."""
@@ -89,11 +98,6 @@ class VideoJob:
         """The pipeline's per-frame callback: progress, and the way out when cancelled."""
         self.frames_done, self.fps = done, fps
         self.check()
-        if self.frame_limit is not None and done > self.frame_limit:
-            raise ClearsightError(
-                f"the uploaded video holds more than {self.frame_limit} frames, over the "
-                "server's duration limit"
-            )
 
     def check(self, *_: Any) -> None:
         """Leave the work (also usable as a model's tile-progress hook) once cancelled."""
@@ -126,6 +130,7 @@ class VideoJob:
                 "eta_s": eta,
             },
             "error": self.error,
+            "notes": list(self.notes),
             "created": self.created,
             "started": self.started,
             "finished": self.finished,
@@ -206,14 +211,17 @@ class JobQueue:
             shutil.rmtree(job.folder, ignore_errors=True)
         self._evict()
 
-    def delete(self, job: VideoJob) -> None:
-        """Forget a finished job and remove its files (a cancelled job whose thread has not
-        yet let go stays listed until its thread has removed them)."""
+    def delete(self, job: VideoJob) -> bool:
+        """Forget a finished job and remove its files: True when done now. A cancelled job
+        whose thread is still stopping cannot be: it is forgotten as its thread lets go,
+        and this answers False (the route says so with 202)."""
         with self.lock:
             if job.busy:
-                return
+                job.delete_when_done = True
+                return False
             self.jobs.pop(job.id, None)
         shutil.rmtree(job.folder, ignore_errors=True)
+        return True
 
     def _run(self, job: VideoJob, work: Work) -> None:
         with self.lock:
@@ -230,9 +238,13 @@ class JobQueue:
             pass
         except ClearsightError as exc:
             error = job.private(str(exc))
-        except Exception as exc:  # a bug: the log has the traceback, the client one line
-            log.exception("video job %s failed", job.id)
-            error = f"internal error ({type(exc).__name__}); see the server log"
+        except Exception as exc:
+            library = library_reason(exc)  # OpenCV or FFmpeg refused the video: its words
+            if library is not None:
+                error = job.private(library)
+            else:  # a bug: the log has the traceback, the client one line
+                log.exception("video job %s failed", job.id)
+                error = f"internal error ({type(exc).__name__}); see the server log"
         finally:
             job.upload.unlink(missing_ok=True)
             with self.lock:
@@ -246,7 +258,9 @@ class JobQueue:
                 if job.finished is None:
                     job.finished = time.time()
                 job.busy = False
-            if not ok:
+                if job.delete_when_done:
+                    self.jobs.pop(job.id, None)
+            if not ok or job.delete_when_done:
                 shutil.rmtree(job.folder, ignore_errors=True)
             self._evict()
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from clearsight.defaults import DEFAULT_STAGE_THRESHOLD
-from clearsight.errors import OptionError
+from clearsight.errors import OptionError, check_unit_interval
 from clearsight.families import Family
 
 if TYPE_CHECKING:
@@ -96,9 +96,7 @@ def restore_options(fields: Mapping[str, str]) -> InferenceOptions:
 def score_threshold(fields: Mapping[str, str], default: float) -> float:
     """The detect form's `score_threshold`, in [0, 1] as `clearsight detect` requires."""
     value = _float("score_threshold", fields.get("score_threshold"), default)
-    if not 0.0 <= value <= 1.0:
-        raise OptionError("score_threshold", f"must be in [0, 1], got {value:g}")
-    return value
+    return check_unit_interval("score_threshold", value)
 
 
 def flag_true(fields: Mapping[str, str], name: str, default: bool) -> bool:

@@ -9,13 +9,12 @@ limit. Which run a model gets is looked up by its family (`clearsight.families`)
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clearsight.errors import OptionError, VideoReadError
+from clearsight.errors import VideoReadError
 from clearsight.families import Family
 from clearsight.serve.jobs import VideoJob, Work
 from clearsight.serve.options import flag_true, restore_options, score_threshold
@@ -28,8 +27,9 @@ VIDEO_SUFFIXES = (".mp4", ".mov", ".mkv", ".avi", ".webm", ".m4v")
 upload (a hint to FFmpeg, which reads the container from the bytes anyway); any other
 name is not used."""
 UNKNOWN_DURATION_FPS = 60
-"""A video whose header gives no duration (some WebM recordings) is stopped once it holds
-more than the limit's seconds at its frame rate, or at this rate when none is known."""
+"""The frame rate a job's frame count is bounded at when the header states none."""
+MAX_JOB_FPS = 240
+"""The highest header frame rate the frame bound believes (a crafted header can claim any)."""
 
 
 def upload_suffix(filename: str | None) -> str:
@@ -39,22 +39,25 @@ def upload_suffix(filename: str | None) -> str:
 
 def check_upload(job: VideoJob, max_pixels: int | None, max_seconds: float) -> None:
     """Refuse before queueing what cannot run: not a video, no video stream, undecodable,
-    frames over the pixel limit, or longer than `max_seconds` (one line, naming what)."""
-    from clearsight.video.io import probe_video
+    frames over the pixel limit, or stated longer than `max_seconds` (one line, naming
+    what). The header can lie, so the job also gets a `DecodeLimit`: it fails once a
+    decoded frame is `max_seconds` past the first, or once it has decoded more frames than
+    `max_seconds` at the header's frame rate (at most `MAX_JOB_FPS`; `UNKNOWN_DURATION_FPS`
+    when none is stated)."""
+    from clearsight.video.io import DecodeLimit, probe_video
 
     try:
         info = probe_video(job.upload, max_pixels=max_pixels)
     except VideoReadError as exc:
         raise VideoReadError(job.private(str(exc))) from None
-    if info.duration is not None:
-        if info.duration > max_seconds:
-            raise VideoReadError(
-                f"the uploaded video is {info.duration:.2f} s long; the server's limit is "
-                f"{max_seconds:g} s"
-            )
-        return
-    rate = float(info.rate) if info.rate else UNKNOWN_DURATION_FPS
-    job.frame_limit = max(1, math.ceil(max_seconds * rate))
+    if info.duration is not None and info.duration > max_seconds:
+        raise VideoReadError(
+            f"the uploaded video is {info.duration:.2f} s long; the server's limit is "
+            f"{max_seconds:g} s"
+        )
+    rate = min(float(info.rate), MAX_JOB_FPS) if info.rate else UNKNOWN_DURATION_FPS
+    frames = max(1, math.ceil(max_seconds * rate))
+    job.decode_limit = DecodeLimit(max_seconds, frames, "the server's limit")
 
 
 def _restoration(
@@ -86,15 +89,18 @@ def _restoration(
                 return tensor_to_image(out, dtype=np.uint8)
 
         out = job.folder / "result.mp4"
-        restore_video(
+        result = restore_video(
             model,
             job.upload,
             out,
             temporal=temporal,
             max_pixels=max_pixels,
+            decode_limit=job.decode_limit,
             on_start=job.on_start,
             on_frame=job.on_frame,
         )
+        if result.temporal_skipped is not None:
+            job.notes.append(f"{result.temporal_skipped}; the temporal blend was skipped")
         job.result = out
 
     return work
@@ -115,8 +121,6 @@ def _detection(
 
     threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
     track = flag_true(fields, "track", False)
-    if track and importlib.util.find_spec("trackers") is None:
-        raise OptionError("track", "needs the trackers package on the server")
 
     def work(job: VideoJob) -> None:
         from clearsight.video.detect import detect_video
@@ -128,6 +132,7 @@ def _detection(
             track=track,
             score_threshold=threshold,
             max_pixels=max_pixels,
+            decode_limit=job.decode_limit,
             on_start=job.on_start,
             on_frame=job.on_frame,
             restore=None if front is None else front[0],

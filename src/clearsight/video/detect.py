@@ -4,9 +4,8 @@ Every frame goes through the project's `Detector` (`engine/detector.py`: the sam
 preprocessing, decoding, label map and box drawing as `clearsight detect` on images) inside
 the reader/writer-thread pipeline of `video/restore.py`, so the drawn video keeps the
 input's size, timestamps and audio. `track=True` links the boxes of consecutive frames
-into objects with ByteTrack (Zhang et al., ECCV 2022) from Roboflow's `trackers` package,
-the maintained home of the ByteTrack that `supervision` deprecated in 0.28 and removed
-in 0.31. docs/video.md.
+into objects with ByteTrack (Zhang et al., ECCV 2022; `video/bytetrack.py`, which says why
+it is written here). docs/video.md.
 """
 
 from __future__ import annotations
@@ -24,11 +23,12 @@ import numpy as np
 import torch
 
 from clearsight.atomic import atomic_path
-from clearsight.errors import OptionError, check_whole_number
+from clearsight.errors import OptionError, check_unit_interval, check_whole_number
 from clearsight.io import write_image
 from clearsight.out_paths import check_output_folder
+from clearsight.video.bytetrack import ByteTrack
 from clearsight.video.frames import open_source
-from clearsight.video.io import DEFAULT_CODEC, Frame
+from clearsight.video.io import DEFAULT_CODEC, DecodeLimit, Frame
 from clearsight.video.restore import DEFAULT_QUEUE, run_pipeline, writer_like
 
 if TYPE_CHECKING:
@@ -93,33 +93,15 @@ class _JsonLines:
             self._atomic.__exit__(type(exc), exc, exc.__traceback__)
 
 
-def _check_threshold(score_threshold: float) -> float:
-    if (
-        isinstance(score_threshold, bool)
-        or not isinstance(score_threshold, int | float)
-        or not 0.0 <= score_threshold <= 1.0
-    ):
-        raise OptionError("score_threshold", f"must be in [0, 1], got {score_threshold!r}")
-    return float(score_threshold)
-
-
 LOW_SCORE = 0.1
 """With `track`, boxes down to this score go to ByteTrack's second association, which lets
 a tracked object whose score dips (occlusion, blur) keep its track; ByteTrack's default."""
 
 
-def _new_tracker(rate: float, threshold: float) -> Any:
+def _new_tracker(rate: float, threshold: float) -> ByteTrack:
     """ByteTrack whose first association and new tracks take the boxes at or above the
     score threshold (the boxes `clearsight detect` would draw), the rest the second."""
-    try:
-        from trackers import ByteTrackTracker
-    except ImportError as exc:
-        raise OptionError(
-            "track", f"needs the trackers package (pip install 'clearsight[video]'): {exc}"
-        ) from exc
-    return ByteTrackTracker(
-        frame_rate=rate, track_activation_threshold=threshold, high_conf_det_threshold=threshold
-    )
+    return ByteTrack(rate, activation_threshold=threshold, high_threshold=threshold)
 
 
 def _subset(dets: Detections, keep: list[int]) -> Detections:
@@ -134,27 +116,10 @@ def _subset(dets: Detections, keep: list[int]) -> Detections:
     )
 
 
-def _track(tracker: Any, dets: Any, time: float) -> list[int | None]:
+def _track(tracker: ByteTrack, dets: Detections, time: float) -> list[int | None]:
     """Track ids for `dets` in order (None: a box not yet part of a confirmed track)."""
-    import supervision as sv
-
     n = len(dets)
-    boxes = dets.boxes.numpy().astype(np.float32).reshape(n, 4)
-    tracked = tracker.update(
-        sv.Detections(
-            xyxy=boxes,
-            confidence=dets.scores.numpy().astype(np.float32),
-            class_id=dets.labels.numpy().astype(int),
-            data={"index": np.arange(n)},  # the tracker reorders its output
-        ),
-        timestamp=time,
-    )
-    ids: list[int | None] = [None] * n
-    if len(tracked) == 0:  # nothing kept (or nothing seen): its data holds no index
-        return ids
-    for i, tid in zip(tracked.data["index"].tolist(), tracked.tracker_id.tolist(), strict=True):
-        ids[int(i)] = int(tid) if tid >= 0 else None
-    return ids
+    return tracker.update(dets.boxes.numpy().reshape(n, 4), dets.scores.numpy(), time)
 
 
 def _records(dets: Any, ids: list[int | None] | None) -> list[dict[str, Any]]:
@@ -235,6 +200,7 @@ def detect_video(
     crf: int | None = None,
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
+    decode_limit: DecodeLimit | None = None,
     keep_partial: bool = False,
     queue_size: int = DEFAULT_QUEUE,
     batch_size: int = DEFAULT_BATCH,
@@ -263,7 +229,7 @@ def detect_video(
     numbered PNGs in `save_restored/<stem>/`. A loaded model as `restore` runs on every
     frame, or, with `restore_gated`, only if the first frame looks rainy.
     """
-    threshold = _check_threshold(score_threshold)
+    threshold = check_unit_interval("score_threshold", score_threshold)
     check_whole_number("batch_size", batch_size)
     if isinstance(detector, str | Path):
         from clearsight.engine.detector import Detector
@@ -277,8 +243,6 @@ def detect_video(
     video_path, jsonl_path = out / f"{stem}.mp4", out / f"{stem}.jsonl"
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
-    if track:
-        _new_tracker(25.0, threshold)  # the one-line error for a missing package before any work
     runner, gated = (None, False)
     if restore is not None:
         runner, gated = _video_restorer(restore, getattr(detector, "device", "cpu"))
@@ -287,7 +251,7 @@ def detect_video(
         raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
     seen_dir = Path(save_restored) / stem if save_restored is not None else None
 
-    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    reader = open_source(src, fps=fps, max_pixels=max_pixels, limit=decode_limit)
     writers: list[Any] = []
     try:
         info = reader.info

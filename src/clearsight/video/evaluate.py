@@ -32,9 +32,10 @@ from clearsight.atomic import atomic_dir, atomic_write_text
 from clearsight.errors import OptionError, PairingError, VideoReadError
 from clearsight.io import read_image, to_uint8, write_image
 from clearsight.metrics._errors import ShapeMismatchError
-from clearsight.metrics.warping import flicker, score_frames
+from clearsight.metrics.warping import FlowTooSmallError, flicker, score_frames
 from clearsight.out_paths import check_output_folder
-from clearsight.video.frames import FRAME_NAME, check_fps, list_frames, open_source
+from clearsight.video.frames import FRAME_NAME, FRAMES_MARK, list_frames, open_source
+from clearsight.video.options import check_fps
 from clearsight.video.restore import frame_function
 
 INPUT_FOLDERS = ("rain", "moire", "input")
@@ -170,13 +171,13 @@ def _restored(model: Any, frames: Iterator[np.ndarray], clip: bool) -> Iterator[
         yield out
 
 
-def _blended(frames: Iterator[np.ndarray], temporal: bool) -> Iterator[np.ndarray]:
+def _blended(frames: Iterator[np.ndarray], temporal: bool, source: str) -> Iterator[np.ndarray]:
     if not temporal:
         yield from frames
         return
     from clearsight.video.temporal import TemporalBlend
 
-    blend = TemporalBlend()
+    blend = TemporalBlend(source=source)
     for frame in frames:
         yield blend(frame)
 
@@ -197,6 +198,11 @@ def _describe(pairs: Any) -> str:
     if isinstance(pairs, tuple | list):
         return " and ".join(str(p) for p in pairs if p is not None)
     return str(pairs)
+
+
+def _cannot_compute(what: str, pairs: Any, exc: FlowTooSmallError) -> FlowTooSmallError:
+    """The clip's frames are too small for the optical flow its `what` is measured with."""
+    return FlowTooSmallError(f"{_describe(pairs)}: the {what} cannot be computed: {exc}")
 
 
 def _mean(values: list[float]) -> float | None:
@@ -239,21 +245,29 @@ def evaluate_video(
     if fps is not None:
         check_fps(fps)
     data = _clip(pairs, fps)
+    if save_images and out is not None:  # replaced whole: never an input, nor inside one
+        from clearsight.output_plan import check_frames_folders
+
+        given = [pairs] if isinstance(pairs, str | Path) else [p for p in pairs if p]
+        check_frames_folders([out / IMAGES_FOLDER], given, "out_dir")
     files: list[Path] = []
 
     model = _model(model, clip)
     if on_start is not None:
         on_start(*_frames_and_rate(data, fps))
     tap = _Tap(data, on_frame)
+    source = _describe(pairs)
     with _ImageSaver(out / IMAGES_FOLDER if save_images and out else None, data) as saver:
         if data.clean is not None:
-            restored = _blended(_restored(model, tap.inputs(data.inputs()), clip), temporal)
+            restored = _blended(_restored(model, tap.inputs(data.inputs()), clip), temporal, source)
             outputs = tap.outputs(saver.wrap(restored))
             try:
                 score = score_frames(outputs, tap.clean(data.clean()), preset=preset)
             except ShapeMismatchError as exc:
                 where = f"frame {data.name(max(0, saver.count - 1))}"
                 raise ShapeMismatchError(f"{_describe(pairs)}: {where}: {exc}") from exc
+            except FlowTooSmallError as exc:
+                raise _cannot_compute("warping error", pairs, exc) from exc
             rows: list[dict[str, Any]] = [
                 {
                     "name": data.name(i),
@@ -273,9 +287,14 @@ def evaluate_video(
             }
         else:
             model_in, guides = itertools.tee(data.inputs())  # in lockstep: one frame buffered
-            restored = saver.wrap(_blended(_restored(model, tap.inputs(model_in), clip), temporal))
+            restored = saver.wrap(
+                _blended(_restored(model, tap.inputs(model_in), clip), temporal, source)
+            )
             outputs = tap.without_clean(restored)
-            result = flicker(outputs, guides)
+            try:
+                result = flicker(outputs, guides)
+            except FlowTooSmallError as exc:
+                raise _cannot_compute("flicker", pairs, exc) from exc
             if saver.count == 0:
                 raise PairingError(f"{pairs}: no frames to score")
             flick = [None, *result.per_frame]
@@ -348,6 +367,23 @@ class _Tap:
         self._done += 1
 
 
+def _check_own_folder(folder: Path) -> None:
+    """An existing `folder` is replaced only when empty or written here (it holds
+    `FRAMES_MARK` and nothing but PNGs), as a frames folder is: an `OUT/restored` of the
+    user's was deleted by `eval --video --save-images`."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise VideoReadError(f"{folder} is a file, where the restored frames go")
+    names = sorted(p.name for p in folder.iterdir())
+    others = [n for n in names if n != FRAMES_MARK and not n.endswith(".png")]
+    if others or (names and FRAMES_MARK not in names):
+        raise VideoReadError(
+            f"{folder} already holds files not written by clearsight ({(others or names)[0]}, "
+            "...); choose another --out, or move them"
+        )
+
+
 class _ImageSaver:
     """Writes the restored frames as <stem>.png into a temporary folder that replaces
     `folder` once every frame is written (`clearsight.atomic.atomic_dir`)."""
@@ -361,8 +397,13 @@ class _ImageSaver:
 
     def __enter__(self) -> _ImageSaver:
         if self.folder is not None:
+            _check_own_folder(self.folder)
             self._ctx = atomic_dir(self.folder)
             self._tmp = self._ctx.__enter__()
+            (self._tmp / FRAMES_MARK).write_text(
+                "restored frames written by clearsight eval; a rerun replaces this folder\n",
+                encoding="utf-8",
+            )
         return self
 
     def wrap(self, frames: Iterator[np.ndarray]) -> Iterator[np.ndarray]:

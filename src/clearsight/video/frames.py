@@ -20,20 +20,23 @@ from typing import Any
 import cv2
 import numpy as np
 
-from clearsight.atomic import ClosedOrAborted, atomic_dir
+from clearsight.atomic import ClosedOrAborted, atomic_dir, naming_target
 from clearsight.data.video_pairs import frame_key
 from clearsight.errors import (
     ClearsightError,
-    OptionError,
     VideoReadError,
     VideoWriteError,
     check_whole_number,
 )
 from clearsight.io import list_images, read_image, to_uint8
-from clearsight.video.io import Frame, VideoInfo, VideoReader, _seconds
+from clearsight.video.io import DecodeLimit, Frame, VideoInfo, VideoReader
+from clearsight.video.options import check_duration, check_fps, check_start
 
 FRAME_NAME = "{:06d}.png"
 _WRITTEN = re.compile(r"^\d+\.png$")
+FRAMES_MARK = ".clearsight-frames"
+"""A hidden file in every frames folder written here: a rerun replaces a folder only when
+it finds this mark (and nothing but numbered PNGs), never a folder it did not write."""
 
 
 def list_frames(folder: str | Path) -> list[Path]:
@@ -46,28 +49,23 @@ def list_frames(folder: str | Path) -> list[Path]:
     return sorted(files, key=frame_key)
 
 
-def check_fps(fps: float | None, what: str = "fps") -> Fraction:
-    """A frame rate > 0 as an exact fraction (29.97 -> 2997/100)."""
-    if fps is None:
-        raise OptionError(what, "a folder of frames needs a frame rate (fps), e.g. 25")
-    if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps):
-        raise OptionError(what, f"must be a number of frames per second, got {fps!r}")
-    if fps <= 0:
-        raise OptionError(what, f"must be > 0, got {fps}")
-    return Fraction(fps).limit_denominator(100_000)
-
-
 class FrameFolderReader:
     """A folder of numbered frames read as a video at `fps` (same interface as
     `VideoReader`: `info`, `frames()`, `side_streams()`, `close()`)."""
 
     def __init__(
-        self, folder: str | Path, *, fps: float | None, max_pixels: int | None = None
+        self,
+        folder: str | Path,
+        *,
+        fps: float | None,
+        max_pixels: int | None = None,
+        limit: DecodeLimit | None = None,
     ) -> None:
         self.path = Path(folder)
         rate = check_fps(fps)
         self.files = list_frames(self.path)
         self.max_pixels = max_pixels
+        self.limit = limit
         self.frames_read = 0
         first = to_uint8(read_image(self.files[0], max_pixels=max_pixels))
         h, w = first.shape[:2]
@@ -92,8 +90,8 @@ class FrameFolderReader:
         the first frame of the cut is at 0."""
         rate = self.info.rate
         assert rate is not None
-        s = _seconds(start, "start", positive=False) or Fraction(0)
-        d = _seconds(duration, "duration", positive=True)
+        s = check_start(start) or Fraction(0)
+        d = check_duration(duration)
         first = math.ceil(s * rate)
         stop = len(self.files) if d is None else min(len(self.files), math.ceil((s + d) * rate))
         if first >= stop:
@@ -103,6 +101,8 @@ class FrameFolderReader:
                 f"at {float(rate)} fps)"
             )
         for i in range(first, stop):
+            if self.limit is not None:
+                self.limit.check(self.path, i - first + 1, float((i - first) / rate))
             img = to_uint8(read_image(self.files[i], max_pixels=self.max_pixels))
             if img.shape[:2] != (self.info.height, self.info.width):
                 raise VideoReadError(
@@ -125,8 +125,9 @@ class FrameFolderReader:
 class FrameFolderWriter(ClosedOrAborted):
     """Write frames as OUT/000001.png, 000002.png, ... (8-bit RGB), atomically as a folder.
 
-    An existing OUT is replaced only when it holds nothing but numbered PNGs (an earlier
-    output); anything else there is refused rather than deleted.
+    An existing OUT is replaced only when it is empty or was written here (it holds the
+    hidden `FRAMES_MARK` and nothing but numbered PNGs): a folder of numbered frames from
+    elsewhere (a camera, ffmpeg, the input itself) is refused rather than deleted.
     """
 
     def __init__(self, folder: str | Path, *, keep_partial: bool = False) -> None:
@@ -137,14 +138,23 @@ class FrameFolderWriter(ClosedOrAborted):
         if self.path.exists():
             if not self.path.is_dir():
                 raise VideoWriteError(f"frames folder {self.path} is a file, not a folder")
-            others = [p.name for p in self.path.iterdir() if not _WRITTEN.match(p.name)]
-            if others:
+            names = sorted(p.name for p in self.path.iterdir())
+            others = [n for n in names if n != FRAMES_MARK and not _WRITTEN.match(n)]
+            if others or (names and FRAMES_MARK not in names):
                 raise VideoWriteError(
-                    f"frames folder {self.path} already holds other files ({others[0]}, ...); "
-                    "choose an empty or new folder"
+                    f"frames folder {self.path} already holds other files, not written by "
+                    f"clearsight ({(others or names)[0]}, ...); choose an empty or new folder"
                 )
         self._atomic = atomic_dir(self.path)
         self._tmp = self._atomic.__enter__()
+        try:
+            (self._tmp / FRAMES_MARK).write_text(
+                "numbered frames written by clearsight; a rerun replaces this folder\n",
+                encoding="utf-8",
+            )
+        except OSError as exc:
+            self.abort(exc)
+            raise naming_target(exc, self.path / FRAMES_MARK) from None
 
     def write(self, image: np.ndarray, pts: int | None = None) -> Path:
         """Write the next frame (HxWx3 uint8 RGB); `pts` is ignored (frames are numbered)."""
@@ -155,7 +165,10 @@ class FrameFolderWriter(ClosedOrAborted):
         ok, buf = cv2.imencode(".png", np.ascontiguousarray(image[:, :, ::-1]))
         if not ok:
             raise VideoWriteError(f"{self.path}: cannot encode frame {self.frames_written}")
-        target.write_bytes(buf.tobytes())
+        try:
+            target.write_bytes(buf.tobytes())
+        except OSError as exc:  # named as the frame in place, not its temporary folder
+            raise naming_target(exc, self.path / target.name) from None
         return self.path / target.name
 
     def close(self) -> None:
@@ -163,7 +176,10 @@ class FrameFolderWriter(ClosedOrAborted):
         if self._closed:
             return
         self._closed = True
-        self._atomic.__exit__(None, None, None)
+        try:
+            self._atomic.__exit__(None, None, None)
+        except OSError as exc:
+            raise naming_target(exc, self.path) from None
 
     def abort(self, exc: BaseException | None = None) -> None:
         """Remove the temporary folder (or keep the frames so far with `keep_partial`)."""
@@ -179,14 +195,19 @@ class FrameFolderWriter(ClosedOrAborted):
 
 
 def open_source(
-    path: str | Path, *, fps: float | None = None, max_pixels: int | None = None
+    path: str | Path,
+    *,
+    fps: float | None = None,
+    max_pixels: int | None = None,
+    limit: DecodeLimit | None = None,
 ) -> Any:
     """A reader for `path`: a `VideoReader` for a video file, a `FrameFolderReader` (at
-    `fps`) for a folder of numbered frames. Both have `info`, `frames()` and `close()`."""
+    `fps`) for a folder of numbered frames. Both have `info`, `frames()` and `close()`, and
+    stop at `limit` (frames and seconds decoded)."""
     p = Path(path)
     if p.is_dir():
-        return FrameFolderReader(p, fps=fps, max_pixels=max_pixels)
-    return VideoReader(p, max_pixels=max_pixels)
+        return FrameFolderReader(p, fps=fps, max_pixels=max_pixels, limit=limit)
+    return VideoReader(p, max_pixels=max_pixels, limit=limit)
 
 
 def write_clip_pairs(
@@ -207,6 +228,9 @@ def write_clip_pairs(
     pair count; a clip without frames is a one-line error (`what` is synthesised)."""
     if max_frames is not None:
         check_whole_number("max_frames", max_frames)
+    from clearsight.output_plan import check_frames_folders
+
+    check_frames_folders([out / degraded, out / "clean"], [source], "--out")
     n = 0
     with contextlib.ExitStack() as stack:
         reader = stack.enter_context(open_source(source, fps=fps, max_pixels=max_pixels))

@@ -35,16 +35,22 @@ import numpy as np
 from av.video.reformatter import ColorRange, Colorspace, VideoReformatter
 
 from clearsight.atomic import ClosedOrAborted, atomic_path
-from clearsight.errors import OptionError, VideoReadError, VideoWriteError
+from clearsight.errors import VideoReadError, VideoWriteError
 from clearsight.io import MAX_PIXELS_ENV, _describe_pixels, resolve_max_pixels
+from clearsight.video.options import (
+    CRF_CODECS,
+    DEFAULT_CODEC,
+    check_crf,
+    check_duration,
+    check_start,
+    video_encoder,
+)
 
 _log = logging.getLogger(__name__)
 
-DEFAULT_CODEC = "libx264"
 DEFAULT_CRF = 18
 """x264's constant-rate factor by default: visually near-lossless, so the file shows what the
 model did rather than the encoder."""
-CRF_CODECS = ("libx264", "libx265", "libvpx", "libvpx-vp9", "libaom-av1", "libsvtav1")
 COPIED_TYPES = ("audio", "subtitle")
 FALLBACK_RATE = Fraction(25)
 
@@ -111,6 +117,31 @@ class SideStreams:
     indices: tuple[int, ...]
     start: Fraction | None = None
     end: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class DecodeLimit:
+    """The most of a video a reader decodes, counted on the decoded frames themselves, never
+    on the header (which a crafted file can set to anything): at most `frames` frames, none
+    `seconds` or more after the first. Past it, `frames()` raises a `VideoReadError` naming
+    `name` (the server's job limit: docs/serving.md)."""
+
+    seconds: float
+    frames: int
+    name: str = "the limit"
+
+    def check(self, path: Path, count: int, seconds: float) -> None:
+        """Raise when the `count`-th frame, `seconds` after the first, is past the limit."""
+        if seconds >= self.seconds:
+            raise VideoReadError(
+                f"{path} decodes past {self.seconds:g} s (frame {count} at {seconds:.2f} s), "
+                f"over {self.name}; its header understates its length"
+            )
+        if count > self.frames:
+            raise VideoReadError(
+                f"{path} holds more than {self.frames} frames, over {self.name} of "
+                f"{self.seconds:g} s"
+            )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -204,16 +235,6 @@ def _tag_seconds(value: str | None) -> Fraction | None:
     return int(m[1]) * 3600 + int(m[2]) * 60 + Fraction(m[3])
 
 
-def _seconds(value: float | None, name: str, *, positive: bool) -> Fraction | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise OptionError(name, f"must be a number of seconds, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise OptionError(name, f"must be {'> 0' if positive else '>= 0'} seconds, got {value}")
-    return Fraction(value).limit_denominator(1_000_000)
-
-
 # --------------------------------------------------------------------------- reading
 
 
@@ -221,12 +242,16 @@ class VideoReader:
     """Frames of a video file, decoded one at a time (`frames()`), with its `info`.
 
     Opening probes the file: it must have a decodable video stream with at least one frame
-    within the pixel limit. Use as a context manager, or call `close()`.
+    within the pixel limit. `limit` bounds what `frames()` decodes (`DecodeLimit`). Use as
+    a context manager, or call `close()`.
     """
 
-    def __init__(self, path: str | Path, *, max_pixels: int | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, max_pixels: int | None = None, limit: DecodeLimit | None = None
+    ) -> None:
         self.path = Path(path)
         self.max_pixels = resolve_max_pixels(max_pixels)
+        self.limit = limit
         self.frames_read = 0
         self._container: av.container.InputContainer | None = None
         self._reformatter = VideoReformatter()
@@ -240,7 +265,22 @@ class VideoReader:
             cc = stream.codec_context
             if cc.width and cc.height:
                 _check_pixels(self.path, cc.width, cc.height, self.max_pixels)
-            first = self._first_frame(container, stream)
+            tb = stream.time_base or Fraction(1, 90000)
+            tag = _tag_seconds(stream.metadata.get("DURATION"))
+            # where the video stream itself says it ends (seconds on its timeline); the
+            # container's duration may be the audio's, so it never counts as truncation
+            if stream.duration:
+                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
+            elif tag is not None:
+                self._stated_end = tag
+            duration: float | None = None
+            if self._stated_end is not None:
+                duration = float(self._stated_end - (stream.start_time or 0) * tb)
+            elif container.duration:
+                duration = container.duration / 1e6
+            # Matroska's stream duration may be the segment's (audio included): its tag wins
+            stated = float(tag) if tag is not None else duration
+            first = self._first_frame(container, stream, stated)
             _check_pixels(self.path, first.width, first.height, self.max_pixels)
             rotation = _rotation_of(first)
             w, h = (
@@ -255,18 +295,6 @@ class VideoReader:
                 codec = s.codec_context.name if s.codec_context is not None else "unknown"
                 label = f"#{s.index} {s.type} {codec}"
                 (side if s.type in COPIED_TYPES else dropped).append(label)
-            tb = stream.time_base or Fraction(1, 90000)
-            # where the video stream itself says it ends (seconds on its timeline); the
-            # container's duration may be the audio's, so it never counts as truncation
-            if stream.duration:
-                self._stated_end = ((stream.start_time or 0) + stream.duration) * tb
-            elif (tag := _tag_seconds(stream.metadata.get("DURATION"))) is not None:
-                self._stated_end = tag
-            duration: float | None = None
-            if self._stated_end is not None:
-                duration = float(self._stated_end - (stream.start_time or 0) * tb)
-            elif container.duration:
-                duration = container.duration / 1e6
             rate = stream.average_rate or stream.guessed_rate or None
             info = VideoInfo(
                 path=self.path,
@@ -287,7 +315,11 @@ class VideoReader:
         finally:
             container.close()
 
-    def _first_frame(self, container: av.container.InputContainer, stream: Any) -> av.VideoFrame:
+    def _first_frame(
+        self, container: av.container.InputContainer, stream: Any, stated: float | None
+    ) -> av.VideoFrame:
+        """The first decoded frame. None decoding from a stream that states a length is a
+        truncated or damaged file (its frames are cut off or unreadable), not an empty one."""
         try:
             for frame in container.decode(stream):
                 return frame
@@ -300,15 +332,23 @@ class VideoReader:
                 f"{self.path}: decoding stopped at frame 0 ({_reason(exc)}); the file is "
                 "truncated or corrupt"
             ) from exc
-        raise VideoReadError(f"{self.path}: the video stream has no frames")
+        raise VideoReadError(self._no_frames(stated))
+
+    def _no_frames(self, stated: float | None) -> str:
+        if stated is not None and stated > 0:
+            return (
+                f"{self.path}: no frame decodes though the video stream states "
+                f"{stated:.3f} s; the file is truncated or damaged"
+            )
+        return f"{self.path}: the video stream has no frames"
 
     # -- cut ---------------------------------------------------------------------------
     def _window(
         self, start: float | None, duration: float | None
     ) -> tuple[Fraction | None, Fraction | None]:
         """The cut on the source's timeline in seconds, (start, end), from the first frame."""
-        s = _seconds(start, "start", positive=False)
-        d = _seconds(duration, "duration", positive=True)
+        s = check_start(start)
+        d = check_duration(duration)
         first = self._first_pts * self.info.time_base
         begin = None if s is None else first + s
         end = None if d is None else (begin if begin is not None else first) + d
@@ -372,6 +412,8 @@ class VideoReader:
                 last_dur = pts - last_pts
             if frame.width * frame.height > self.max_pixels:
                 _check_pixels(self.path, frame.width, frame.height, self.max_pixels)
+            if self.limit is not None:
+                self.limit.check(self.path, n + 1, float((pts - self._first_pts) * tb))
             image = _display(_to_rgb(frame, self._reformatter), _rotation_of(frame))
             last_pts = pts
             n += 1
@@ -459,7 +501,8 @@ class VideoWriter(ClosedOrAborted):
     """Encode RGB frames to a video file at their own timestamps, atomically.
 
     The container follows the extension; `codec` (default libx264) at `crf` (default 18)
-    in `pix_fmt` (default yuv420p for H.264, else the codec's first). Sides that a
+    in `pix_fmt` (default yuv420p, or the encoder's first format when it takes no yuv420p:
+    rgb24 for png). Sides that a
     subsampled pixel format cannot hold (odd width or height in yuv420p) are padded by
     repeating the last column/row: `padded` says so and the file is that much larger.
     `side` copies the source's audio and subtitle packets unchanged. Frames are written to a
@@ -489,18 +532,8 @@ class VideoWriter(ClosedOrAborted):
         self.frames_written = 0
         self._last_pts: int | None = None
         self._closed = False
-        try:
-            encoder = av.codec.Codec(codec, "w")
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise OptionError("codec", f"FFmpeg has no {codec!r} video encoder") from exc
-        if encoder.type != "video":
-            raise OptionError("codec", f"{codec!r} is a {encoder.type} encoder, not a video one")
-        if crf is not None and codec not in CRF_CODECS:
-            raise OptionError(
-                "crf", f"{codec} takes no crf; crf applies to {', '.join(CRF_CODECS)}"
-            )
-        if crf is not None and (isinstance(crf, bool) or not isinstance(crf, int) or crf < 0):
-            raise OptionError("crf", f"must be a whole number >= 0, got {crf!r}")
+        encoder = video_encoder(codec)  # the checks every command ran before any work
+        check_crf(crf, codec)
         self._atomic = atomic_path(self.path)
         tmp = self._atomic.__enter__()
         try:
@@ -536,8 +569,11 @@ class VideoWriter(ClosedOrAborted):
         if pix_fmt is None:
             pix_fmt = "yuv420p" if encoder.canonical_name == "h264" else None
         stream = self._out.add_stream(encoder.name, rate=rate or FALLBACK_RATE)
-        if pix_fmt is None:
+        if pix_fmt is None:  # PyAV's default, yuv420p, unless the encoder takes no such input
             pix_fmt = stream.pix_fmt or "yuv420p"
+            takes = [f.name for f in encoder.video_formats or ()]
+            if takes and pix_fmt not in takes:  # png: rgb24
+                pix_fmt = takes[0]
         wide, tall = _subsampled(pix_fmt)
         enc_w = self.width + (self.width % 2 if wide else 0)
         enc_h = self.height + (self.height % 2 if tall else 0)

@@ -25,7 +25,7 @@ import numpy as np
 from clearsight.errors import OptionError, VideoWriteError
 from clearsight.out_paths import check_output_file, check_output_folder
 from clearsight.video.frames import FrameFolderWriter, open_source
-from clearsight.video.io import DEFAULT_CODEC, Frame, VideoWriter
+from clearsight.video.io import DEFAULT_CODEC, DecodeLimit, Frame, VideoWriter
 
 _log = logging.getLogger(__name__)
 FrameFn = Callable[[np.ndarray], np.ndarray]
@@ -50,6 +50,9 @@ class VideoRestoreResult:
     copied_streams: tuple[str, ...] = ()
     dropped_streams: tuple[str, ...] = ()
     temporal: bool = False
+    """Whether the temporal blend ran (False also when the frames were too small for it)."""
+    temporal_skipped: str | None = None
+    """Why the temporal blend asked for did not run (frames too small for the flow)."""
     side_bytes: dict[int, int] = field(default_factory=dict)
     """Bytes of each copied audio/subtitle stream (by source index)."""
 
@@ -321,6 +324,7 @@ def restore_video(
     crf: int | None = None,
     pix_fmt: str | None = None,
     max_pixels: int | None = None,
+    decode_limit: DecodeLimit | None = None,
     temporal: bool = False,
     smooth_tone: bool = False,
     keep_partial: bool = False,
@@ -339,7 +343,9 @@ def restore_video(
     (H.264 yuv420p, crf 18, in the container of `out`'s extension by default); `temporal`
     blends each output with the flow-warped previous one where that is safe, and
     `smooth_tone` averages an image model's global statistics (MBCNN's tone vectors) over
-    frames (`video/temporal.py`; it costs a second forward per frame).
+    frames (`video/temporal.py`; it costs a second forward per frame). `decode_limit`
+    stops decoding past a number of frames or seconds, counted on the decoded frames
+    (`video.io.DecodeLimit`: how the server bounds a job).
     Errors are one-line `ClearsightError`s naming the file; nothing half-written remains
     unless `keep_partial` (then the frames restored before a failure are kept, and the error
     is still raised). `on_start(total or None)` once; `on_frame(done, fps)` after each
@@ -351,24 +357,24 @@ def restore_video(
         raise OptionError("queue_size", f"must be a whole number >= 1, got {queue_size!r}")
     from clearsight.engine.video_window import PerFrame, Windowed
 
+    src = Path(source)
     blend = None
     if temporal:
         from clearsight.video.temporal import TemporalBlend
 
-        blend = TemporalBlend()
+        blend = TemporalBlend(source=src)
     if smooth_tone:
         from clearsight.video.temporal import with_smoothed_stats
 
         model = with_smoothed_stats(model)
     windowed = model if isinstance(model, Windowed | PerFrame) else None
     fn = frame_function(model) if windowed is None else None
-    src = Path(source)
     out_path = check_output_file(out, "output video") if out is not None else None
     frames_path = check_output_folder(frames_out, "frames_out") if frames_out is not None else None
     if out_path is not None and src.exists() and out_path.resolve() == src.resolve():
         raise OptionError("out", f"{out_path} is the input video; choose another output path")
 
-    reader = open_source(src, fps=fps, max_pixels=max_pixels)
+    reader = open_source(src, fps=fps, max_pixels=max_pixels, limit=decode_limit)
     writers: list[Any] = []
     try:
         info = reader.info
@@ -410,6 +416,7 @@ def restore_video(
         padded=video.padded if video is not None else None,
         copied_streams=info.side_streams if video is not None else (),
         dropped_streams=info.dropped_streams,
-        temporal=temporal,
+        temporal=blend is not None and blend.skipped is None,
+        temporal_skipped=blend.skipped if blend is not None else None,
         side_bytes=video.side_bytes if video is not None else {},
     )

@@ -18,6 +18,7 @@ tone smoothing moved the warping error by under 0.3% on the clips there, so it i
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -41,13 +42,19 @@ measured on (docs/video.md); RESCAN's squeeze-excitation gates are left as they 
 
 
 class TemporalBlend:
-    """Recursive, flow-guided blend of consecutive outputs (uint8 RGB frames in, out)."""
+    """Recursive, flow-guided blend of consecutive outputs (uint8 RGB frames in, out).
+
+    Frames too small for the optical flow (`FlowEstimator.too_small`: under 8 pixels on a
+    side, or 12 on the longer one) pass through unblended; the first such frame warns once,
+    naming `source`, and `skipped` keeps the reason, so a run goes on with its other frames
+    and inputs."""
 
     def __init__(
         self,
         strength: float = DEFAULT_STRENGTH,
         max_change: float = DEFAULT_MAX_CHANGE,
         flow_preset: str = "fast",
+        source: object = None,
     ) -> None:
         if not 0.0 <= strength < 1.0:
             raise OptionError("temporal_strength", f"must be in [0, 1), got {strength}")
@@ -55,13 +62,28 @@ class TemporalBlend:
             raise OptionError("temporal_max_change", f"must be > 0, got {max_change}")
         self.strength = float(strength)
         self.max_change = float(max_change)
+        self.source = source
         self._flow = FlowEstimator(flow_preset)
         self._prev: np.ndarray | None = None
         self._prev_gray: np.ndarray | None = None
         self.blended_fraction: list[float] = []
         """Per frame (from the second), the fraction of pixels that were blended."""
+        self.skipped: str | None = None
+        """Why frames went through unblended (too small for the flow), or None."""
+
+    def _too_small(self, out: np.ndarray) -> bool:
+        problem = self._flow.too_small(*out.shape[:2])
+        if problem is None:
+            return False
+        if self.skipped is None:
+            self.skipped = problem
+            where = f"{self.source}: " if self.source is not None else ""
+            warnings.warn(f"{where}{problem}; the temporal blend is skipped", stacklevel=3)
+        return True
 
     def __call__(self, out: np.ndarray) -> np.ndarray:
+        if self._too_small(out):
+            return out
         gray = _gray8(out)
         if self._prev is None or self._prev.shape != out.shape:
             self._prev, self._prev_gray = out, gray
