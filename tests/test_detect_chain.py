@@ -18,6 +18,7 @@ from clearsight.engine.detector import Detector
 from clearsight.engine.pipeline import Pipeline, parse_restore
 from clearsight.errors import OptionError
 from clearsight.io import read_image, write_image
+from tests.optional import need
 from tests.helpers import random_image, tiny_ssd
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -232,7 +233,7 @@ def test_the_ray_task_chains_its_workers_detector(tmp_path: Path) -> None:
 
 
 def test_serve_detect_takes_a_served_restorer(tmp_path: Path) -> None:
-    pytest.importorskip("fastapi")
+    need("fastapi")
     from fastapi.testclient import TestClient
 
     from clearsight.serve import ServeLimits, create_app
@@ -256,7 +257,7 @@ def test_serve_detect_takes_a_served_restorer(tmp_path: Path) -> None:
 
 
 def test_a_detection_job_takes_a_served_restorer(tmp_path: Path) -> None:
-    pytest.importorskip("fastapi")
+    need("fastapi")
     from fastapi.testclient import TestClient
     from torch import nn
 
