@@ -18,8 +18,8 @@ from clearsight.engine.detector import Detector
 from clearsight.engine.pipeline import Pipeline, parse_restore
 from clearsight.errors import OptionError
 from clearsight.io import read_image, write_image
-from tests.optional import need
 from tests.helpers import random_image, tiny_ssd
+from tests.optional import need
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 COFFEE = REPO_ROOT / "examples" / "coffee.jpg"
