@@ -23,6 +23,7 @@ runner = CliRunner()
     ("name", "arch", "params"),
     [
         ("default-derain", "rescan", 149_823),
+        ("detect-derain", "rescan", 149_823),
         ("default-demoire", "mbcnn-light", 3_983_029),
         ("default-detect", "yolox-nano", 904_463),
     ],

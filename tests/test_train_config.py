@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from clearsight.engine.train_config import (
+    LossConfig,
     TrainConfigError,
     apply_overrides,
     config_from_dict,
@@ -107,7 +108,10 @@ def test_bundled_model_recipes_load_and_match_the_shipped_models() -> None:
         shipped = resolve_model(model).config
         assert cfg.model.arch == shipped.architecture
         assert shipped.provenance["training_config"]["model"]["args"] == cfg.model.args
-        assert shipped.provenance["training_config"]["loss"] == cfg.loss.__dict__
+        recorded = shipped.provenance["training_config"]["loss"]
+        assert {k: v for k, v in cfg.loss.__dict__.items() if k in recorded} == recorded
+        newer = {k: v for k, v in cfg.loss.__dict__.items() if k not in recorded}
+        assert newer == {k: getattr(LossConfig(), k) for k in newer}  # added since: defaults
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)

@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "restore_files": "clearsight.api",
     "RestoredFile": "clearsight.engine.restore_files",
     "Detector": "clearsight.engine.detector",
+    "Pipeline": "clearsight.engine.pipeline",
     "restore_files_ray": "clearsight.scale.ray_engine",
     "detect_files_ray": "clearsight.scale.detect_ray",
     "load_artifact": "clearsight.artifact",
@@ -75,6 +76,7 @@ __all__ = [  # = ["__version__", *_EXPORTS] (tested), spelled out for type check
     "restore_files",
     "RestoredFile",
     "Detector",
+    "Pipeline",
     "restore_files_ray",
     "detect_files_ray",
     "load_artifact",
@@ -110,6 +112,7 @@ if TYPE_CHECKING:
     from clearsight.artifact import load_artifact, save_artifact
     from clearsight.engine.detector import Detector
     from clearsight.engine.inference import InferenceOptions, Restorer
+    from clearsight.engine.pipeline import Pipeline
     from clearsight.engine.restore_files import RestoredFile
     from clearsight.errors import ClearsightError, OptionError
     from clearsight.io import read_image, write_image

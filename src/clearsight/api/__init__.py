@@ -22,6 +22,7 @@ from clearsight.api.compress import (
 )
 from clearsight.api.data import (
     check_data,
+    synth_coco,
     synth_moire,
     synth_moire_video,
     synth_rain,
@@ -95,6 +96,7 @@ _LAZY: dict[str, str] = {
     "Restorer": "clearsight.engine.inference:Restorer",
     "InferenceOptions": "clearsight.engine.inference:InferenceOptions",
     "Detector": "clearsight.engine.detector:Detector",
+    "Pipeline": "clearsight.engine.pipeline:Pipeline",
     "check_detector_options": "clearsight.engine.detector:check_detector_options",
     "RestoredFile": "clearsight.engine.restore_files:RestoredFile",
     "RestoreRun": "clearsight.engine.restore_files:RestoreRun",
@@ -119,6 +121,7 @@ if TYPE_CHECKING:
     from clearsight.engine.detector import Detector, check_detector_options
     from clearsight.engine.evaluate import EvalResult
     from clearsight.engine.inference import InferenceOptions, Restorer
+    from clearsight.engine.pipeline import Pipeline
     from clearsight.engine.restore_files import RestoredFile, RestoreRun
     from clearsight.engine.restore_train import OVERFIT_MARGIN
     from clearsight.out_paths import check_not_input
@@ -145,6 +148,7 @@ __all__ = [
     "FailuresCsvError",
     "Family",
     "InferenceOptions",
+    "Pipeline",
     "OutputClashError",
     "Quantized",
     "RestoreRun",
@@ -202,6 +206,7 @@ __all__ = [
     "run_videos",
     "serve",
     "split_media",
+    "synth_coco",
     "synth_moire",
     "synth_moire_video",
     "synth_rain",

@@ -74,6 +74,23 @@ def synth_rain(
     )
 
 
+def synth_coco(
+    data: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    kind: str = "rain",
+    preset: str = "heavy",
+    seed: int = 0,
+    on_image: Callable[[Path], None] | None = None,
+) -> SynthReport:
+    """A COCO-format copy of the COCO-format folder `data` in OUT whose images are rainy
+    (`kind="rain"`, `preset` light, heavy or mixed) or moiré (`kind="moire"`), with the
+    same annotations: "COCO in the rain" from any COCO-format set (`data.synth_coco`)."""
+    from clearsight.data.synth_coco import synth_coco as run
+
+    return run(data, out, kind=kind, preset=preset, seed=seed, on_image=on_image)
+
+
 def check_data(
     data: str | os.PathLike[str],
     *,

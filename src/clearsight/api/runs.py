@@ -155,6 +155,8 @@ def detect_files(
     on_failure: Callable[[FailedFile], None] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[Any], None] | None = None,
+    restore: str | None = None,
+    save_restored: str | os.PathLike[str] | None = None,
 ) -> DetectRun | DetectSummary:
     """Detect objects in every image of `inputs`: a copy of each with labelled boxes under
     `out`, and OUT/detections.json in COCO results format; what `clearsight detect` runs.
@@ -166,7 +168,9 @@ def detect_files(
     recorded) unless `existing="overwrite"`. Raises `OptionError` for an unknown engine,
     for `backend`/`precision` other than torch/fp32 on Ray, or `existing="skip"` locally;
     `ClearsightError` for a model that is not a detector or a bad input; a bad
-    $CLEARSIGHT_MAX_PIXELS before any work.
+    $CLEARSIGHT_MAX_PIXELS before any work. `restore`: a restoration model reference, or
+    "auto" / "auto:REF" (restore only images that look rainy), run in memory before the
+    detector (`engine.pipeline.Pipeline`); `save_restored` a folder for what it saw.
     """
     from clearsight.runtime.failures import check_max_pixels
 
@@ -174,6 +178,8 @@ def detect_files(
     check_engine(engine)
     _check_existing(existing)
     check_unit_interval("score_threshold", score_threshold)
+    if save_restored is not None and restore is None:
+        raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
     if engine == "ray":
         from clearsight.scale.detect_ray import detect_files_ray
 
@@ -191,6 +197,8 @@ def detect_files(
             address=address,
             workers=workers,
             batch_size=batch_size,
+            restore=restore,
+            save_restored=save_restored,
             on_start=on_start,
             on_result=on_result,
         )
@@ -205,6 +213,10 @@ def detect_files(
             str(model), device=device, backend=backend, precision=precision
         )
     )
+    if restore is not None:
+        from clearsight.engine.pipeline import Pipeline
+
+        detector = Pipeline.around(detector, restore, save_restored=save_restored)
     return detector.detect_files(
         [Path(p) for p in inputs],
         out,

@@ -26,16 +26,23 @@ def evaluate_detection(
     device: str = "cpu",
     on_start: Callable[[int], None] | None = None,
     on_image: Callable[[int, Any], None] | None = None,
+    restore: str | None = None,
 ) -> DetectionEvalResult:
     """COCO bbox AP (AP, AP50, AP75, APs/m/l, per class) and per-image rows of the detector
-    `model` on the COCO-format folder `data` (`annotations/instances_*.json` + images)."""
+    `model` on the COCO-format folder `data` (`annotations/instances_*.json` + images).
+    `restore` (a restoration model reference, "auto" or "auto:REF") scores the chain:
+    each image restored in memory, then detected (`engine.pipeline.Pipeline`)."""
     from clearsight.engine.detect_evaluate import evaluate_coco_set
     from clearsight.engine.detector import Detector
 
     detector = Detector.from_pretrained(str(model), device=device)
-    return evaluate_coco_set(
-        detector, data, model_name=str(model), on_start=on_start, on_image=on_image
-    )
+    name = str(model)
+    if restore is not None:
+        from clearsight.engine.pipeline import Pipeline
+
+        detector = Pipeline.around(detector, restore)
+        name = f"{restore} -> {model}"
+    return evaluate_coco_set(detector, data, model_name=name, on_start=on_start, on_image=on_image)
 
 
 def evaluate(
@@ -164,16 +171,28 @@ def write_detection_report(
     data: str | os.PathLike[str],
     *,
     k: int = 8,
+    restore: str | None = None,
 ) -> Path:
     """Write `evaluate_detection`'s result as an HTML page at `path`: the AP table and the
-    `k` worst images of the COCO folder `data` with their boxes drawn; returns it."""
+    `k` worst images of the COCO folder `data` with their boxes drawn; returns it. With the
+    chain's `restore`, each of them is shown clean (for a `synth --coco` set whose source
+    is there), as input, and restored with the predictions drawn on it."""
     from clearsight.api.models import load_model
     from clearsight.data.coco import find_coco_set, load_coco
     from clearsight.report.detection import render_detection_report
     from clearsight.report.html import model_card, write_report
 
     dataset = load_coco(*find_coco_set(Path(data)))
-    page = render_detection_report(result, dataset, card=model_card(load_model(model)), k=k)
+    front = None
+    if restore is not None:  # the chain again, for what it showed the detector
+        from clearsight.engine.detector import Detector
+        from clearsight.engine.pipeline import Pipeline
+
+        chain = Pipeline.around(Detector.from_pretrained(str(model)), restore)
+        front = lambda img: chain.restore_images([img])[0]  # noqa: E731
+    page = render_detection_report(
+        result, dataset, card=model_card(load_model(model)), k=k, restore=front
+    )
     return write_report(path, page)
 
 

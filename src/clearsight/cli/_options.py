@@ -129,6 +129,20 @@ BatchSizeOpt = Annotated[
     int, typer.Option("--batch-size", help="With --engine ray: images per worker call.")
 ]
 
+# -- a restoration model before the detector (docs/guides/detect.md) ----------------------
+RestoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--restore",
+        help="Restore each image (video) with this model before detecting, in memory; "
+        "'auto': the bundled derainer, only where the image looks rainy; 'auto:MODEL'.",
+    ),
+]
+SaveRestoredOpt = Annotated[
+    Path | None,
+    typer.Option("--save-restored", help="With --restore: also write what the detector saw."),
+]
+
 # -- video inputs (docs/video.md) ---------------------------------------------------------
 StartOpt = Annotated[
     float | None, typer.Option("--start", help="Videos: start this many seconds in (>= 0).")

@@ -12,6 +12,14 @@ from clearsight.cli._app import app, console, friendly, progress, say
 from clearsight.cli._options import ClipFpsOpt, MaxFramesOpt, MaxPixOpt
 from clearsight.errors import OptionError
 
+CocoOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--coco",
+        help="A COCO-format set (annotations/instances_*.json + images) to copy with degraded "
+        "images and the same annotations, instead of --clean.",
+    ),
+]
 synth_app = typer.Typer(
     help="Synthesise paired training data (degraded/clean).", no_args_is_help=True
 )
@@ -21,8 +29,9 @@ app.add_typer(synth_app, name="synth")
 @synth_app.command("moire")
 @friendly
 def synth_moire_cmd(
-    clean: Annotated[Path, typer.Option("--clean", help="Folder of clean images.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (moire/ and clean/).")],
+    clean: Annotated[Path | None, typer.Option("--clean", help="Folder of clean images.")] = None,
+    coco: CocoOpt = None,
     per_image: Annotated[
         int, typer.Option("--per-image", help="Synthetic pairs per clean image.")
     ] = 1,
@@ -44,8 +53,14 @@ def synth_moire_cmd(
     fps: ClipFpsOpt = None,
     max_frames: MaxFramesOpt = None,
 ) -> None:
-    """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size."""
+    """Screen-camera moiré simulation: aligned OUT/moire and OUT/clean pairs, same size
+    (--coco DATA: a COCO-format copy of DATA with moiré images, the same annotations)."""
     from clearsight.api import check_video_options, synth_moire, synth_moire_video
+
+    if _source(clean, coco, video) is None:
+        _synth_coco(coco, out, "moire", "-", seed)
+        return
+    assert clean is not None
 
     if video:
         check_video_options(fps=fps)
@@ -76,8 +91,9 @@ def synth_moire_cmd(
 @synth_app.command("rain")
 @friendly
 def synth_rain_cmd(
-    clean: Annotated[Path, typer.Option("--clean", help="Folder of clean images.")],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output folder (rain/ and clean/).")],
+    clean: Annotated[Path | None, typer.Option("--clean", help="Folder of clean images.")] = None,
+    coco: CocoOpt = None,
     preset: Annotated[
         str, typer.Option("--preset", help="light (Rain100L-like), heavy (Rain100H-like), mixed.")
     ] = "mixed",
@@ -100,8 +116,14 @@ def synth_rain_cmd(
     fps: ClipFpsOpt = None,
     max_frames: MaxFramesOpt = None,
 ) -> None:
-    """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs."""
+    """Rain streaks (and haze for heavy rain) over clean photos: OUT/rain and OUT/clean pairs
+    (--coco DATA: a COCO-format copy of DATA with rainy images, the same annotations)."""
     from clearsight.api import check_video_options, synth_rain, synth_rain_video
+
+    if _source(clean, coco, video) is None:
+        _synth_coco(coco, out, "rain", preset, seed)
+        return
+    assert clean is not None
 
     if video:
         check_video_options(fps=fps)
@@ -126,6 +148,28 @@ def synth_rain_cmd(
             on_pair=lambda p: bar.advance(task),
         )
     console.print(f"wrote {report.pairs} pair(s) into {out}/rain and {out}/clean")
+
+
+def _source(clean: Path | None, coco: Path | None, video: bool) -> Path | None:
+    """--clean, or None for --coco; exactly one of them (and --coco without --video)."""
+    if (clean is None) == (coco is None):
+        raise OptionError("clean", "give --clean FOLDER or --coco DATA (one of them)")
+    if coco is not None and video:
+        raise OptionError("coco", "is for COCO-format image sets, not --video")
+    return clean
+
+
+def _synth_coco(coco: Path | None, out: Path, kind: str, preset: str, seed: int) -> None:
+    """`synth rain|moire --coco`: one progress bar and a line naming what was written."""
+    from clearsight.api import synth_coco
+
+    assert coco is not None
+    label = f"synth {kind} --coco" + (f" ({preset})" if kind == "rain" else "")
+    with progress() as bar:
+        task = bar.add_task(label, total=None)
+        report = synth_coco(coco, out, kind=kind, preset=preset, seed=seed,
+                            on_image=lambda p: bar.advance(task))  # fmt: skip
+    console.print(f"wrote {report.pairs} {kind} image(s) and their annotations into {out}")
 
 
 @app.command("check-data")

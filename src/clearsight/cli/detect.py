@@ -21,6 +21,8 @@ from clearsight.cli._options import (
     FailFastOpt,
     KeepPartialOpt,
     PrecisionOpt,
+    RestoreOpt,
+    SaveRestoredOpt,
     SkipExistingOpt,
     StartOpt,
     WorkersOpt,
@@ -63,10 +65,13 @@ def detect_cmd(
     crf: CrfOpt = None,
     codec: CodecOpt = "libx264",
     keep_partial: KeepPartialOpt = False,
+    restore: RestoreOpt = None,
+    save_restored: SaveRestoredOpt = None,
 ) -> None:
     """Detect objects: a copy of each image with labelled boxes under OUT, and
     OUT/detections.json in COCO results format (category ids as in the model's class map);
-    each video drawn into OUT/<name>.mp4 with OUT/<name>.jsonl, one line per frame."""
+    each video drawn into OUT/<name>.mp4 with OUT/<name>.jsonl, one line per frame.
+    --restore runs a derain/demoiré model first (boxes drawn on the input)."""
     from clearsight import api
 
     on_ray = api.check_engine(engine) == "ray"
@@ -80,6 +85,9 @@ def detect_cmd(
     )  # fmt: skip
     if plan.videos and on_ray:
         raise OptionError("engine", "videos run with --engine local (one at a time)")
+    if save_restored is not None and restore is None:
+        raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
+    chain = {"restore": restore, "save_restored": save_restored}
     if plan.videos and skip_existing and not on_ray:  # as for images (`api.detect_files`)
         raise OptionError("skip_existing", "detect resumes a run only with --engine ray")
     failed: list[Any] = []
@@ -88,10 +96,12 @@ def detect_cmd(
             plan.images, out, model=model, engine=engine, score_threshold=score_threshold,
             device=device, backend=backend, precision=precision, skip_existing=skip_existing,
             fail_fast=fail_fast, workers=workers, batch_size=batch_size, address=address,
+            **chain,
         )  # fmt: skip
     if plan.videos:
         video = dict(track=track, start=start, duration=duration, crf=crf, codec=codec,
-                     keep_partial=keep_partial, score_threshold=score_threshold)  # fmt: skip
+                     keep_partial=keep_partial, score_threshold=score_threshold,
+                     **chain)  # fmt: skip
         loading = dict(device=device, backend=backend, precision=precision)
         failed += _detect_videos(plan, out, model, loading, fail_fast, video, failed)
     if failed:
@@ -114,6 +124,8 @@ def _detect_images(
     workers: int,
     batch_size: int,
     address: str | None,
+    restore: str | None = None,
+    save_restored: Path | None = None,
 ) -> list[Any]:
     """The images through `clearsight.api.detect_files` under a progress bar, printing each
     image and failure and the summary; returns the failed inputs (Ray: exits itself)."""
@@ -155,6 +167,8 @@ def _detect_images(
                 on_failure=on_failure,
                 on_start=lambda todo, _skipped: bar.update(task, total=todo),
                 on_result=on_result,
+                restore=restore,
+                save_restored=save_restored,
             )
     except api.FailuresCsvError as exc:  # the run's account still gets printed
         if exc.run is not None:

@@ -17,6 +17,7 @@ from clearsight.cli._options import (
     ModelOpt,
     ReportKOpt,
     ReportOpt,
+    RestoreOpt,
     ScalesOpt,
     SkipExistingOpt,
     StagesOpt,
@@ -32,7 +33,13 @@ if TYPE_CHECKING:
 
 
 def _eval_detection(
-    model: str, data: Path, out: Path | None, device: str, report: Path | None, k: int
+    model: str,
+    data: Path,
+    out: Path | None,
+    device: str,
+    report: Path | None,
+    k: int,
+    restore: str | None = None,
 ) -> None:
     """`clearsight eval` on a detector: COCO AP table, per-image CSV and summary JSON, and
     an HTML report with the worst images' boxes drawn (`report/detection.py`)."""
@@ -50,9 +57,10 @@ def _eval_detection(
             device=device,
             on_start=lambda n: bar.update(task, total=n),
             on_image=lambda i, d: bar.advance(task),
+            restore=restore,
         )
     summary = result.summary()
-    table = Table(title=f"{model} on {data} (COCO bbox, {summary['evaluator']})")
+    table = Table(title=f"{result.model_name} on {data} (COCO bbox, {summary['evaluator']})")
     for key in summary["metrics"]:
         table.add_column(key, justify="right")
     table.add_row(*(_pct(v) for v in summary["metrics"].values()))
@@ -66,7 +74,7 @@ def _eval_detection(
     if report is not None:
         from clearsight.api import write_detection_report
 
-        path = write_detection_report(report, result, model, data, k=k)
+        path = write_detection_report(report, result, model, data, k=k, restore=restore)
         console.print(f"wrote report {path}", highlight=False)
 
 
@@ -128,18 +136,23 @@ def eval_cmd(
         ),
     ] = None,
     temporal: TemporalOpt = False,
+    restore: RestoreOpt = None,
 ) -> None:
     """Score MODEL on paired data under a metric preset (a detector: COCO AP on a COCO-format
-    folder; a clip with --video); per-image CSV and summary JSON."""
+    folder, --restore MODEL for a restoration model before it; a clip with --video);
+    per-image CSV and summary JSON."""
     from clearsight import api
 
     api.check_max_pixels(max_pixels)
+    if restore is not None and (video or api.model_family(model) is not api.Family.DETECTION):
+        raise OptionError("restore", "scores a detector behind a restoration model; --model "
+                          "must be a detector (COCO-format --data)")  # fmt: skip
     if video:
         page = report if report is not None else (out / "report.html" if out else None)
         _eval_video(model, data, clean, out, preset or "y-matlab", save_images, page, fps, temporal)
         return
     if api.model_family(model) is api.Family.DETECTION:
-        _eval_detection(model, data, out, device, report, report_k)
+        _eval_detection(model, data, out, device, report, report_k, restore)
         return
 
     api.plan_fixed_outputs(out, report, inputs=[data])

@@ -178,12 +178,30 @@ class Detector:
         max_detections: int = 100,
     ) -> list[Detections]:
         """Detect objects in RGB HxWx3 images (same preprocessing, one forward pass)."""
+        return self.detect_seen(
+            self.restore_images(images), score_threshold, iou_threshold, max_detections
+        )
+
+    def restore_images(self, images: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The images as the detector sees them: as they are here; restored first by an
+        `engine.pipeline.Pipeline`, the chain built on this hook."""
+        return list(images)
+
+    @torch.inference_mode()
+    def detect_seen(
+        self,
+        images: Sequence[np.ndarray],
+        score_threshold: float = DEFAULT_SCORE_THRESHOLD,
+        iou_threshold: float | None = None,
+        max_detections: int = 100,
+    ) -> list[Detections]:
+        """`detect_batch` on images already through `restore_images`."""
         check_unit_interval("score_threshold", score_threshold)
         prepared = [prepare(img, self.loaded.config.preprocess) for img in images]
         sizes = {tuple(x.shape) for x, _ in prepared}
         if len(sizes) != 1:
             return [
-                self.detect_batch([img], score_threshold, iou_threshold, max_detections)[0]
+                self.detect_seen([img], score_threshold, iou_threshold, max_detections)[0]
                 for img in images
             ]
         batch = torch.stack([x for x, _ in prepared]).to(self.device)

@@ -76,7 +76,15 @@ class RestorationTask:
         return sorted({f for p in ds.pairs for f in (p.input, p.target)})
 
     def build_loss(self, model: nn.Module) -> Callable[..., torch.Tensor]:
-        return build_loss(self.cfg.loss.name, eps=self.cfg.loss.eps, residual=self.residual)
+        loss = self.cfg.loss
+        pixel = build_loss(loss.name, eps=loss.eps, residual=self.residual)
+        if not loss.detector or loss.detector_weight == 0:
+            return pixel
+        from clearsight.engine.task_loss import build_task_loss
+
+        device = next(model.parameters()).device
+        return build_task_loss(pixel, loss.detector, self.preprocess, weight=loss.detector_weight,
+                               residual=self.residual, device=device)  # fmt: skip
 
     def to_device(
         self, inp: torch.Tensor, target: Any, device: torch.device, fmt: torch.memory_format

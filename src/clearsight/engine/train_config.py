@@ -111,6 +111,11 @@ class LossConfig:
     """l1 | mse | charbonnier | ssim | psnr (NAFNet's) | rescan | mbcnn | esdnet (multi-scale
     L1) | multibox (SSD) | yolox"""
     eps: float = 1e-3  # charbonnier
+    detector: str | None = None
+    """Restoration: a frozen detector (artifact or bundled name) whose features of the
+    restored image are pulled towards those of the clean image (`engine/task_loss.py`)."""
+    detector_weight: float = 0.0
+    """Weight of that feature loss against the pixel loss `name` (0: off)."""
 
 
 @dataclass
@@ -244,7 +249,7 @@ NON_NEGATIVE = {"data.workers", "train.max_rollbacks", "val.max_images", "train.
 NON_NEGATIVE |= {"optim.weight_decay", "schedule.warmup_steps", "schedule.min_lr"}
 NON_NEGATIVE |= {"schedule.restart_step", "data.frames"}
 NON_NEGATIVE |= {"train.max_minutes", "distill.weight", "distill.task_weight"}
-NON_NEGATIVE |= {"distill.feature_weight"}
+NON_NEGATIVE |= {"distill.feature_weight", "loss.detector_weight"}
 POSITIVE |= {"distill.temperature"}
 
 

@@ -14,7 +14,7 @@ are broken by more misses, then by more ground truth.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import cv2
@@ -97,10 +97,17 @@ def detection_thumbs(
     predictions: Sequence[dict[str, Any]],
     names: dict[int, str],
     side: int = THUMB_SIDE,
+    *,
+    seen: np.ndarray | None = None,
+    clean: np.ndarray | None = None,
 ) -> dict[str, bytes]:
     """JPEG drawings of one image: "ground truth", "predictions" and "both" (COCO entries;
-    crowd regions are drawn as ground truth marked "crowd")."""
+    crowd regions are drawn as ground truth marked "crowd"). A chain's evaluation also
+    gives `seen`, the restored image the detector saw (predictions are drawn on it), and,
+    for a set made by `synth --coco`, `clean`, the image before the rain: drawn first, with
+    the ground truth, so clean, rainy and restored stand side by side."""
     small, scale = _scaled(img, side)
+    shown = small if seen is None else _scaled(seen, side)[0]
 
     def boxes(entries: Sequence[dict[str, Any]]) -> list[list[float]]:
         return [[v * scale for v in e["bbox"]] for e in entries]
@@ -114,13 +121,19 @@ def detection_thumbs(
         for d in predictions
     ]
     gt = draw_boxes(small, boxes(truth), gt_labels, GT_COLOUR)
-    pred = draw_boxes(small, boxes(predictions), pred_labels, PRED_COLOUR)
-    both = draw_boxes(gt, boxes(predictions), pred_labels, PRED_COLOUR)
-    return {
-        "ground truth": encode_jpeg(gt, 85),
-        "predictions": encode_jpeg(pred, 85),
-        "both": encode_jpeg(both, 85),
-    }
+    pred = draw_boxes(shown, boxes(predictions), pred_labels, PRED_COLOUR)
+    both = draw_boxes(
+        gt if seen is None else draw_boxes(shown, boxes(truth), gt_labels, GT_COLOUR),
+        boxes(predictions), pred_labels, PRED_COLOUR,
+    )  # fmt: skip
+    out: dict[str, bytes] = {}
+    if clean is not None:
+        clean_small = _scaled(clean, side)[0]
+        out["clean"] = encode_jpeg(draw_boxes(clean_small, boxes(truth), gt_labels, GT_COLOUR), 85)
+    out["ground truth"] = encode_jpeg(gt, 85)
+    out["predictions"] = encode_jpeg(pred, 85)
+    out["both"] = encode_jpeg(both, 85)
+    return out
 
 
 def render_detection_report(
@@ -130,8 +143,11 @@ def render_detection_report(
     card: Sequence[tuple[str, str]] = (),
     k: int = DEFAULT_K,
     title: str | None = None,
+    restore: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> str:
-    """The report of one detection evaluation on `dataset` (the set it was scored on)."""
+    """The report of one detection evaluation on `dataset` (the set it was scored on).
+    `restore`: a chain's restore step (image -> what the detector saw), run again on the
+    gallery's images to draw the predictions where they were found."""
     summary = result.summary()
     figures = [(key, _pct(v)) for key, v in summary["metrics"].items()]
     header = (
@@ -154,7 +170,7 @@ def render_detection_report(
     rows = [{**r, "name": r["file_name"], "errors": errors(r)} for r in result.rows]
     ranked = sorted(rows, key=lambda r: (-r["errors"], -r["misses"], -r["ground_truth"]))
     names, note = _pick([r["name"] for r in ranked], k)
-    gallery = _gallery(result, dataset, {r["name"]: r for r in rows}, names)
+    gallery = _gallery(result, dataset, {r["name"]: r for r in rows}, names, restore)
     columns = [Column("name", "image", numeric=False), Column("image_id", "id", digits=0)]
     columns += [
         Column(key, key.replace("_", " "), digits=0)
@@ -181,8 +197,10 @@ def _gallery(
     dataset: CocoDataset,
     rows: dict[str, dict[str, Any]],
     names: list[str],
+    restore: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[GalleryItem]:
     index = {entry.file_name: i for i, entry in enumerate(dataset.images)}
+    clean_set = _clean_source(dataset) if restore is not None else None
     truth: dict[int, list[dict[str, Any]]] = {}
     for a in dataset.raw.get("annotations", []):
         truth.setdefault(a["image_id"], []).append(a)
@@ -197,9 +215,14 @@ def _gallery(
             continue
         image_id = row["image_id"]
         preds = sorted(shown.get(image_id, []), key=lambda d: -d["score"])
+        img = dataset.image(i)
+        clean = None
+        if clean_set is not None and name in clean_set[1]:
+            clean = clean_set[0].image(clean_set[1][name])
         thumbs = detection_thumbs(
-            dataset.image(i), truth.get(image_id, []), preds, dataset.categories
-        )
+            img, truth.get(image_id, []), preds, dataset.categories,
+            seen=restore(img) if restore is not None else None, clean=clean,
+        )  # fmt: skip
         caption = (
             f"errors {row['errors']} · misses {row['misses']} · false positives "
             f"{row['false_positives']} · ground truth {row['ground_truth']} · "
@@ -214,6 +237,24 @@ def _gallery(
             )
         )
     return items
+
+
+def _clean_source(dataset: CocoDataset) -> tuple[CocoDataset, dict[str, int]] | None:
+    """The set a `synth --coco` set was made from (its JSON's `info.clearsight_synth`), with
+    its images by file name; None for any other set, or when that set is not there."""
+    from clearsight.data.coco import find_coco_set, load_coco
+    from clearsight.errors import ClearsightError
+
+    info = dataset.raw.get("info")
+    made = info.get("clearsight_synth") if isinstance(info, dict) else None
+    source = made.get("source") if isinstance(made, dict) else None
+    if not isinstance(source, str):
+        return None
+    try:
+        clean = load_coco(*find_coco_set(source))
+    except ClearsightError:
+        return None
+    return clean, {e.file_name: i for i, e in enumerate(clean.images)}
 
 
 def _pct(v: float | None) -> str:

@@ -81,11 +81,18 @@ class DetectTask:
     iou_threshold: float | None = None
     max_detections: int = 100
     device: str = "cpu"
+    restore: str | None = None
+    """A restoration model (or "auto") run before the detector (`engine.pipeline`)."""
+    save_restored: str | None = None
 
     def load(self) -> BatchFn:
         from clearsight.engine.detector import Detector
 
         detector = Detector.from_pretrained(self.model, device=self.device)
+        if self.restore is not None:
+            from clearsight.engine.pipeline import Pipeline
+
+            detector = Pipeline.around(detector, self.restore, save_restored=self.save_restored)
         return lambda items: self.run_batch(detector, items)
 
     def run_batch(self, detector: Any, items: list[WorkItem]) -> list[ItemResult]:
@@ -254,13 +261,17 @@ def detect_files_ray(
     overwrite: bool = False,
     device: str = "cpu",
     threads: int | None = None,
+    restore: str | None = None,
+    save_restored: str | os.PathLike[str] | None = None,
     on_start: Callable[[int, int], None] | None = None,
     on_result: Callable[[ItemResult], None] | None = None,
 ) -> DetectSummary:
     """`Detector.detect_files` on a Ray cluster: the same drawn copies (names, bytes) and
     OUT/detections.json (merged from per-batch shards, see the module's docstring), written
     by `workers` actors that each hold one `model`. A rerun skips images already drawn and
-    recorded, unless `overwrite`. Inputs, `address` and `threads` as `restore_files_ray`."""
+    recorded, unless `overwrite`. Inputs, `address` and `threads` as `restore_files_ray`;
+    `restore` (a restoration model reference or "auto") runs before the detector in each
+    worker, `save_restored` a folder (on the workers' file system) for what it saw."""
     _check_counts(workers, batch_size)
     check_unit_interval("score_threshold", score_threshold)
     task_name = model_task(model)  # before any worker loads it
@@ -280,9 +291,16 @@ def detect_files_ray(
     finished = {i.output for i in skipped}
     shards.drop_orphans()
     shards.forget({rel[i.output] for i in plan if i.output not in finished})
+    if restore is not None:
+        from clearsight.engine.pipeline import parse_restore
+
+        restore_task = model_task(parse_restore(restore)[0])  # before any worker loads it
+        if family_of(restore_task) is Family.DETECTION:
+            raise ClearsightError(f"--restore {restore}: a detector, not a restoration model")
     task = DetectTask(
-        model, str(out_dir), ids, score_threshold, iou_threshold, max_detections, device
-    )
+        model, str(out_dir), ids, score_threshold, iou_threshold, max_detections, device,
+        restore, None if save_restored is None else str(save_restored),
+    )  # fmt: skip
     summary = run_plan_ray(
         task,
         plan,

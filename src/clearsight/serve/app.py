@@ -47,7 +47,7 @@ from clearsight.serve.options import (
     restore_options,
     score_threshold,
 )
-from clearsight.serve.registry import DEFAULT_MODELS, ServedModel, load_models
+from clearsight.serve.registry import DEFAULT_MODELS, ServedModel, load_models, restore_front
 from clearsight.serve.sniff import SUPPORTED, sniff_image
 from clearsight.serve.video_work import check_upload, plan_work, upload_suffix
 from clearsight.serve.work import Abandoned, Job, TooManyPixels, detect_job, restore_job
@@ -224,7 +224,7 @@ class Server:
         ):
             served = self.model(fields.get("model"))
             check_job_fields(fields, served.loaded.family)
-            work = plan_work(served, fields, self.max_pixels)
+            work = plan_work(served, fields, self.max_pixels, self.models)
             job = self.jobs.new(served.name, served.loaded.family, upload_suffix(upload.filename))
             try:
                 await upload.seek(0)
@@ -400,6 +400,8 @@ def create_app(
             {
                 "model": "name of a detection model from GET /v1/models",
                 "score_threshold": "keep boxes scoring at least this (0-1)",
+                "restore": "a served restoration model run first (auto: default-derain "
+                "where the image looks rainy)",
                 "draw": "true: include the image with its boxes drawn",
             }
         ),
@@ -412,9 +414,10 @@ def create_app(
         served = server.model(fields.get("model"), Family.DETECTION)
         threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
         draw = flag_true(fields, "draw", False)
+        chain = _chain(served, restore_front(server.models, fields.get("restore")))
         job = server.job(data)
         results, drawn, facts = await server.run(
-            job, lambda: detect_job(job, served, threshold, draw)
+            job, lambda: detect_job(job, served, threshold, draw, chain)
         )
         body: dict[str, Any] = {"model": served.name, **facts, "results": results}
         if drawn is not None:
@@ -436,6 +439,7 @@ def create_app(
                 "temporal": "restorers: true blends each frame with the warped previous one",
                 "score_threshold": "detectors: keep boxes scoring at least this (0-1)",
                 "track": "detectors: true keeps an object's id across frames (ByteTrack)",
+                "restore": "detectors: a served restoration model run on the frames first",
             },
             file_field="video",
         ),
@@ -483,6 +487,18 @@ def create_app(
         )
 
     return app
+
+
+def _chain(served: ServedModel, front: tuple[Any, bool] | None) -> Any:
+    """The served detector behind the served restoration model `front` (None: itself)."""
+    if front is None:
+        return None
+    from clearsight.engine.inference import Restorer
+    from clearsight.engine.pipeline import Pipeline
+
+    loaded, gated = front
+    detector = served.detector
+    return Pipeline(detector.loaded, detector.device, restorer=Restorer(loaded), gated=gated)
 
 
 def _form_schema(fields: dict[str, str], file_field: str = "image") -> dict[str, Any]:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from clearsight.engine.inference import InferenceOptions
 
 RESTORE_FIELDS = ("tile", "tta", "scales", "stages", "stage_threshold")
-DETECT_FIELDS = ("score_threshold",)
+DETECT_FIELDS = ("score_threshold", "restore")
 OUTPUT_FIELDS = {"restore": ("format",), "detect": ("draw",)}
 COMMON_FIELDS = ("image", "model")
 JOB_FIELDS = {

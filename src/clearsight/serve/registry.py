@@ -101,3 +101,26 @@ def load_models(
     if not out:
         raise ClearsightError("no models to serve; give --models NAME[,NAME...]")
     return out
+
+
+def restore_front(
+    models: Mapping[str, ServedModel], restore: str | None, *, video: bool = False
+) -> tuple[LoadedModel, bool] | None:
+    """The served restoration model a detect request's `restore` field names, and whether
+    it is gated ("auto": the served default-derain where rain is seen; "auto:NAME"); None
+    without the field. Only served models can be named: nothing a client sends is loaded."""
+    if not restore:
+        return None
+    from clearsight.engine.pipeline import parse_restore
+    from clearsight.errors import OptionError
+    from clearsight.families import Family
+
+    name, gated = parse_restore(restore)
+    front = models.get(name)
+    if front is None:
+        raise OptionError("restore", f"{name!r} is not served here; served: {', '.join(models)}")
+    family = front.loaded.family
+    if front.is_detector or (family is Family.VIDEO and not video):
+        what = "videos" if family is Family.VIDEO else "detection"
+        raise OptionError("restore", f"{name!r} is a {what} model, not an image restorer")
+    return front.loaded, gated

@@ -60,7 +60,12 @@ def check_upload(job: VideoJob, max_pixels: int | None, max_seconds: float) -> N
     job.decode_limit = DecodeLimit(max_seconds, frames, "the server's limit")
 
 
-def _restoration(served: ServedModel, fields: Mapping[str, str], max_pixels: int | None) -> Work:
+def _restoration(
+    served: ServedModel,
+    fields: Mapping[str, str],
+    max_pixels: int | None,
+    models: Mapping[str, ServedModel] | None = None,
+) -> Work:
     """A per-frame restorer (with the form's tile, tta, scales, stages and `temporal`), or
     a video model (S2VD) by windows, into `result.mp4`."""
     options = restore_options(fields)
@@ -101,9 +106,18 @@ def _restoration(served: ServedModel, fields: Mapping[str, str], max_pixels: int
     return work
 
 
-def _detection(served: ServedModel, fields: Mapping[str, str], max_pixels: int | None) -> Work:
-    """The drawn video and one JSON line of boxes per frame (`track`: ByteTrack ids)."""
+def _detection(
+    served: ServedModel,
+    fields: Mapping[str, str],
+    max_pixels: int | None,
+    models: Mapping[str, ServedModel] | None = None,
+) -> Work:
+    """The drawn video and one JSON line of boxes per frame (`track`: ByteTrack ids;
+    `restore`: a served restoration model run on the frames first)."""
+    from clearsight.serve.registry import restore_front
     from clearsight.video.detect import DEFAULT_SCORE_THRESHOLD
+
+    front = restore_front(models or {}, fields.get("restore"), video=True)
 
     threshold = score_threshold(fields, DEFAULT_SCORE_THRESHOLD)
     track = flag_true(fields, "track", False)
@@ -121,21 +135,29 @@ def _detection(served: ServedModel, fields: Mapping[str, str], max_pixels: int |
             decode_limit=job.decode_limit,
             on_start=job.on_start,
             on_frame=job.on_frame,
+            restore=None if front is None else front[0],
+            restore_gated=front is not None and front[1],
         )
         job.result, job.detections = result.video, result.jsonl
 
     return work
 
 
-WORK: dict[Family, Callable[[ServedModel, Mapping[str, str], int | None], Work]] = {
+WORK: dict[Family, Callable[..., Work]] = {
     Family.RESTORATION: _restoration,
     Family.DETECTION: _detection,
 }
 
 
-def plan_work(served: ServedModel, fields: Mapping[str, str], max_pixels: int | None) -> Work:
-    """The run for `served`'s family with the form's options (their errors raised now)."""
-    return WORK[served.loaded.family](served, fields, max_pixels)
+def plan_work(
+    served: ServedModel,
+    fields: Mapping[str, str],
+    max_pixels: int | None,
+    models: Mapping[str, ServedModel] | None = None,
+) -> Work:
+    """The run for `served`'s family with the form's options (their errors raised now);
+    `models`: the server's, which a detector's `restore` field may name."""
+    return WORK[served.loaded.family](served, fields, max_pixels, models)
 
 
 __all__ = ["VIDEO_SUFFIXES", "check_upload", "plan_work", "upload_suffix"]

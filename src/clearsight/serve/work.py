@@ -100,10 +100,11 @@ def restore_job(
 
 
 def detect_job(
-    job: Job, served: ServedModel, score_threshold: float, draw: bool
+    job: Job, served: ServedModel, score_threshold: float, draw: bool, detector: Any = None
 ) -> tuple[list[dict[str, Any]], bytes | None, dict[str, Any]]:
     """COCO results (image_id 0, plus each box's class name), the drawn copy as PNG bytes
-    when asked, and facts about the run."""
+    when asked, and facts about the run. `detector`: a chain (`engine.pipeline.Pipeline`)
+    to run instead of the served detector itself."""
     import time
 
     from clearsight.io import write_image
@@ -111,7 +112,7 @@ def detect_job(
     folder = Path(tempfile.mkdtemp(dir=job.root))
     try:
         img = _decode(job, folder)
-        detector = served.detector
+        detector = detector if detector is not None else served.detector
         t0 = time.perf_counter()
         dets = detector.detect_batch([img], score_threshold=score_threshold)[0]
         ms = (time.perf_counter() - t0) * 1000.0
@@ -127,6 +128,8 @@ def detect_job(
             "width": int(img.shape[1]),
             "height": int(img.shape[0]),
         }
+        if getattr(detector, "last_restored", None):
+            facts["restored"] = bool(detector.last_restored[0])
         return results, drawn, facts
     finally:
         shutil.rmtree(folder, ignore_errors=True)

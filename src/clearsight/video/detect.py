@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch
 
 from clearsight.atomic import atomic_path
 from clearsight.errors import OptionError, check_unit_interval, check_whole_number
+from clearsight.io import write_image
 from clearsight.out_paths import check_output_folder
 from clearsight.video.bytetrack import ByteTrack
 from clearsight.video.frames import open_source
@@ -136,6 +138,52 @@ def _records(dets: Any, ids: list[int | None] | None) -> list[dict[str, Any]]:
     return out
 
 
+def _video_restorer(restore: Any, device: Any) -> tuple[Any, bool]:
+    """(window runner, gated) for a `--restore` value on videos (or a loaded restoration
+    model, not gated): a video model (S2VD) runs by windows, an image model frame by frame
+    (`engine.video_window.video_model`)."""
+    from clearsight.artifact import LoadedModel
+    from clearsight.engine.pipeline import check_restore_model, parse_restore
+    from clearsight.engine.video_window import video_model
+    from clearsight.zoo import resolve_model
+
+    if isinstance(restore, LoadedModel):
+        if restore.is_detector:
+            raise OptionError("restore", f"{restore.source} is a detector, not a restorer")
+        return video_model(restore, device=device), False
+    ref, gated = parse_restore(restore)
+    check_restore_model(ref, video=True)
+    return video_model(resolve_model(ref, device=device), device=device), gated
+
+
+def _restored(
+    frames: Iterator[Frame], runner: Any, gated: bool
+) -> Iterator[tuple[Frame, np.ndarray]]:
+    """(frame, what the detector sees) in order: the frames restored by `runner`, or, when
+    `gated` and the first frame's rain score is under the threshold, the frames as they are
+    (the decision is per video, so the boxes do not flicker with the gate)."""
+    from clearsight.detection.rain_measure import RAIN_THRESHOLD, streak_score
+    from clearsight.engine.video_window import restore_frames
+
+    it = iter(frames)
+    first = next(it, None)
+    if first is None:
+        return
+    chained = itertools.chain([first], it)
+    if gated and streak_score(first.image) < RAIN_THRESHOLD:
+        yield from ((f, f.image) for f in chained)
+        return
+    held: deque[Frame] = deque()
+
+    def images() -> Iterator[np.ndarray]:
+        for f in chained:
+            held.append(f)
+            yield f.image
+
+    for image in restore_frames(images(), runner):
+        yield held.popleft(), np.asarray(image)
+
+
 def detect_video(
     detector: Any,
     source: str | Path,
@@ -159,6 +207,9 @@ def detect_video(
     progress: bool = False,
     on_start: Callable[[int | None], None] | None = None,
     on_frame: Callable[[int, float], None] | None = None,
+    restore: Any = None,
+    save_restored: str | Path | None = None,
+    restore_gated: bool = False,
 ) -> VideoDetectResult:
     """Detect objects in every frame of `source` (a video, or a folder of numbered frames at
     `fps`) with `detector` (an `engine.detector.Detector`, or a model reference for
@@ -172,6 +223,11 @@ def detect_video(
     failure, and the error is still raised); `batch_size` frames go through the detector in
     one call (the boxes are those of one frame at a time; at most `2 * queue_size + 3 +
     batch_size` frames are alive); the other options are `restore_video`'s.
+    `restore` (a restoration model reference, "auto" or "auto:REF") restores the frames
+    first, a video model by windows, an image model frame by frame, as `derain` does; the
+    boxes are drawn on the input frames, and `save_restored` keeps what the detector saw as
+    numbered PNGs in `save_restored/<stem>/`. A loaded model as `restore` runs on every
+    frame, or, with `restore_gated`, only if the first frame looks rainy.
     """
     threshold = check_unit_interval("score_threshold", score_threshold)
     check_whole_number("batch_size", batch_size)
@@ -187,6 +243,14 @@ def detect_video(
     video_path, jsonl_path = out / f"{stem}.mp4", out / f"{stem}.jsonl"
     if src.exists() and video_path.resolve() == src.resolve():
         raise OptionError("out_dir", f"{video_path} is the input video; choose another folder")
+    runner, gated = (None, False)
+    if restore is not None:
+        runner, gated = _video_restorer(restore, getattr(detector, "device", "cpu"))
+        gated = gated or restore_gated
+    elif save_restored is not None:
+        raise OptionError("save_restored", "needs --restore (nothing is restored without it)")
+    seen_dir = Path(save_restored) / stem if save_restored is not None else None
+
     reader = open_source(src, fps=fps, max_pixels=max_pixels, limit=decode_limit)
     writers: list[Any] = []
     try:
@@ -227,10 +291,17 @@ def detect_video(
 
     def batched(frames: Iterator[Frame]) -> Iterator[tuple[np.ndarray, int]]:
         """`batch_size` decoded frames per detector call, then each frame in order."""
-        while batch := list(itertools.islice(frames, batch_size)):
-            images = [f.image for f in batch]
+        pairs = (
+            _restored(frames, runner, gated)
+            if runner is not None
+            else ((f, f.image) for f in frames)
+        )
+        while batch := list(itertools.islice(pairs, batch_size)):
+            images = [seen for _, seen in batch]
             found = detector.detect_batch(images, detect_at, iou_threshold, max_detections)
-            for frame, dets in zip(batch, found, strict=True):
+            for (frame, seen), dets in zip(batch, found, strict=True):
+                if seen_dir is not None:
+                    write_image(seen_dir / f"{frame.index + 1:05d}.png", seen)
                 yield finish(frame, dets), frame.pts
 
     try:
