@@ -310,7 +310,7 @@ def test_a_model_that_outputs_nan_fails_the_file(tmp_path, monkeypatch):
 
 def _check_80_columns(text: str) -> None:
     lines = text.splitlines()
-    assert 13 <= len(lines) <= 40, text
+    assert 13 <= len(lines) <= 50, text  # two lines a model
     assert max(len(line) for line in lines) <= 80, text
     assert "rescan-conv" in text and "149,823" in text
 

@@ -34,6 +34,8 @@ RUNS = {
     ],
     "video-derain": ["derain", "rainy-coffee-clip.mp4", "-o", "derained-video", "--duration",
                      "0.4"],
+    "detect-derain": ["detect", "rainy-coffee.png", "--restore", "detect-derain", "-o",
+                      "detected-rain"],
 }  # fmt: skip
 
 # Runs inside the new environment: the commands in-process (one torch import for all),

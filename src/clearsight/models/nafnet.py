@@ -263,8 +263,7 @@ def check_nafnet_args(width: int, enc_blocks: Any, middle_blocks: int, dec_block
 @register_model(
     "nafnet",
     task="derain",
-    description="NAFNet (ECCV 2022), activation-free U-Net; any width/blocks "
-    "(default: ClearView's derain Mid, 32 wide)",
+    description="NAFNet (ECCV 2022), activation-free U-Net, any width (default 32, Mid)",
     arg_bounds={"width": (1, MAX_WIDTH), "middle_blocks": (0, MAX_BLOCKS)},
 )
 def nafnet(
