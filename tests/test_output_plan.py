@@ -12,22 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from clearsight.cli import app
-from clearsight.io import write_image
-from tests.video_utils import decoded_frames, frame_image, make_video
+from tests.video_utils import decoded_frames, small_image, small_video
 
 runner = CliRunner()
 
 
-def _video(path: Path, n: int = 4) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    make_video(path, w=32, h=24, n=n, audio=None)
-    return path
-
-
-def _image(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_image(path, frame_image(1, 16, 16))
-    return path
+_video = small_video
+_image = small_image
 
 
 def _restore(*args: str | Path) -> object:

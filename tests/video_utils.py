@@ -164,3 +164,19 @@ def corrupt_codec_tag(src: Path, dst: Path) -> None:
     data = src.read_bytes()
     assert b"avc1" in data
     dst.write_bytes(data.replace(b"avc1", b"zzz1"))
+
+
+def small_video(path: Path, n: int = 4) -> Path:
+    """A silent 32x24 clip of `n` frames at `path` (folders made): the output-plan tests'."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_video(path, w=32, h=24, n=n, audio=None)
+    return path
+
+
+def small_image(path: Path) -> Path:
+    """A 16x16 frame image at `path` (folders made)."""
+    from clearsight.io import write_image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_image(path, frame_image(1, 16, 16))
+    return path
