@@ -52,3 +52,27 @@ def finish_ray(summary: Any, line: Callable[[Any], str]) -> None:
 def existing_policy(skip_existing: bool | None) -> str | None:
     """--skip-existing/--overwrite as the API's `existing` (None: the engine's default)."""
     return None if skip_existing is None else ("skip" if skip_existing else "overwrite")
+
+
+def run_videos_summarised(
+    videos: Any,
+    one: Callable[..., Any],
+    out: Any,
+    summary: Callable[[int, int], None],
+    **options: Any,
+) -> list[Any]:
+    """`clearsight.api.run_videos` printing each failed video and then `summary(done,
+    failed)`, also when failures.csv cannot be written (before that error); returns the
+    failed videos."""
+    from clearsight import api
+
+    try:
+        ok, failed, _ = api.run_videos(
+            videos, one, out, on_failure=lambda f: say_failed(f.source, f.reason), **options
+        )
+    except api.FailuresCsvError as exc:  # the run's account still gets printed
+        if exc.run is not None:
+            summary(len(exc.run[0]), len(exc.run[1]))
+        raise
+    summary(len(ok), len(failed))
+    return failed

@@ -27,7 +27,7 @@ from clearsight.cli._options import (
     StartOpt,
     WorkersOpt,
 )
-from clearsight.cli._runs import existing_policy, finish_ray
+from clearsight.cli._runs import existing_policy, finish_ray, run_videos_summarised
 from clearsight.errors import OptionError, check_unit_interval
 
 
@@ -208,14 +208,7 @@ def _detect_videos(
         say(f"detected in {ok} video(s) into {out}")
         say(f"{ok} done, 0 skipped, {failed} failed")
 
-    try:
-        ok, failed, _ = api.run_videos(
-            plan.videos, one, out, fail_fast=fail_fast, earlier_failed=earlier, on_done=done,
-            on_failure=lambda f: say_failed(f.source, f.reason),
-        )  # fmt: skip
-    except api.FailuresCsvError as exc:  # the run's account still gets printed
-        if exc.run is not None:
-            summary(len(exc.run[0]), len(exc.run[1]))
-        raise
-    summary(len(ok), len(failed))
-    return failed
+    return run_videos_summarised(
+        plan.videos, one, out, summary, fail_fast=fail_fast, earlier_failed=earlier,
+        on_done=done,
+    )  # fmt: skip

@@ -44,7 +44,7 @@ from clearsight.cli._options import (
     VerboseOpt,
     WorkersOpt,
 )
-from clearsight.cli._runs import existing_policy, finish_ray, run_on_ray
+from clearsight.cli._runs import existing_policy, finish_ray, run_on_ray, run_videos_summarised
 from clearsight.errors import OptionError
 
 if TYPE_CHECKING:
@@ -213,18 +213,10 @@ def _restore_videos(
         say(f"{verb} {ok} video(s) into {out} with {model}")
         say(f"{ok} done, {len(skipped)} skipped, {failed} failed")
 
-    try:
-        ok, failed, _ = api.run_videos(
-            videos, one, out, existing="skip" if skip_existing else "overwrite",
-            fail_fast=fail_fast, earlier_failed=earlier, on_done=done, on_skip=skip,
-            on_failure=lambda f: say_failed(f.source, f.reason),
-        )  # fmt: skip
-    except api.FailuresCsvError as exc:  # the run's account still gets printed
-        if exc.run is not None:
-            summary(len(exc.run[0]), len(exc.run[1]))
-        raise
-    summary(len(ok), len(failed))
-    return failed
+    return run_videos_summarised(
+        videos, one, out, summary, existing="skip" if skip_existing else "overwrite",
+        fail_fast=fail_fast, earlier_failed=earlier, on_done=done, on_skip=skip,
+    )  # fmt: skip
 
 
 def _restore_videos_ray(
