@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: a median timer and a table printer (rich when installed,
-aligned plain text otherwise)."""
+"""What the benchmark scripts share: median timers (one function, or several interleaved)
+and a table printer (rich when installed, aligned plain text otherwise)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,19 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def interleaved(fns: list[Callable[[], object]], runs: int) -> list[float]:
+    """Median seconds of each function, timed in alternating rounds after one warm-up each."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(runs):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def median_time(fn: Callable[[], T], runs: int) -> tuple[float, T]:

@@ -22,10 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -37,22 +34,9 @@ from clearsight.engine.pipeline import Pipeline
 from clearsight.io import read_image
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _tables import print_table  # noqa: E402 - beside this script
+from _tables import interleaved, print_table  # noqa: E402 - beside this script
 
 PHOTO = Path(__file__).resolve().parents[1] / "examples" / "coffee.jpg"
-
-
-def interleaved(fns: list[Callable[[], object]], runs: int) -> list[float]:
-    """Median seconds of each function, timed in alternating rounds after one warm-up each."""
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(runs):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
 
 
 def main() -> None:

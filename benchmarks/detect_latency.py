@@ -24,12 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -40,20 +37,7 @@ from clearsight.export.onnx_detect import synthetic_scene
 from clearsight.zoo import resolve_model
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _tables import print_table  # noqa: E402 - beside this script
-
-
-def interleaved(fns: list[Callable[[], object]], runs: int) -> list[float]:
-    """Median seconds of each function, timed in alternating rounds after one warm-up each."""
-    for fn in fns:
-        fn()
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(runs):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i].append(time.perf_counter() - t0)
-    return [statistics.median(t) for t in times]
+from _tables import interleaved, print_table  # noqa: E402 - beside this script
 
 
 def measure(name: str, runs: int, folder: Path) -> list[dict[str, object]]:
