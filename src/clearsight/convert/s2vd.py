@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from clearsight.convert.state_fit import load_fitted, misfit
 from clearsight.errors import ClearsightError
 from clearsight.models.s2vd import S2VD
 
@@ -103,21 +104,13 @@ def convert_s2vd(path: str | os.PathLike[str]) -> tuple[S2VD, dict[str, int]]:
     args = official_widths(state, str(path))
     model = S2VD(**args)
     mapped = map_names(state, args["blocks"])
-    ours = model.state_dict()
-    missing = sorted(set(ours) - set(mapped))
-    extra = sorted(set(mapped) - set(ours))
-    wrong = [
-        f"{k} is {list(mapped[k].shape)}, ours {list(ours[k].shape)}"
-        for k in sorted(set(ours) & set(mapped))
-        if mapped[k].shape != ours[k].shape
-    ]
-    if missing or extra or wrong:
+    fit = misfit(model, mapped, "ours")
+    if fit:
         raise ConversionError(
-            f"{path}: weights do not fit S2VD{args}: missing {missing[:5]}, unexpected "
-            f"{extra[:5]}, shape mismatch {wrong[:3]}"
+            f"{path}: weights do not fit S2VD{args}: missing {fit.missing[:5]}, unexpected "
+            f"{fit.extra[:5]}, shape mismatch {fit.wrong[:3]}"
         )
-    model.load_state_dict({k: v.to(ours[k].dtype) for k, v in mapped.items()}, strict=True)
-    return model.eval(), args
+    return load_fitted(model, mapped), args
 
 
 def save_s2vd_artifact(

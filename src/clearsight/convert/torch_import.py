@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from clearsight.convert.paddle_import import ImportResult
+from clearsight.convert.state_fit import load_fitted, misfit
 from clearsight.errors import ClearsightError
 
 State = dict[str, torch.Tensor]
@@ -292,28 +293,20 @@ def convert_state(
     if problems:
         raise TorchImportError(f"{source}: {'; '.join(problems)}")
     model = build_model(architecture, **arch_args)
-    ours = model.state_dict()
-    missing = sorted(set(ours) - set(mapped))
-    extra = sorted(set(mapped) - set(ours))
-    wrong = [
-        f"{k} is {list(mapped[k].shape)}, {architecture} wants {list(ours[k].shape)}"
-        for k in sorted(set(ours) & set(mapped))
-        if mapped[k].shape != ours[k].shape
-    ]
-    if missing or extra or wrong:
+    fit = misfit(model, mapped, f"{architecture} wants")
+    if fit:
         parts = []
-        if missing:
-            parts.append(f"missing {', '.join(missing[:5])}")
-        if extra:
-            parts.append(f"not mapped {', '.join(extra[:5])}")
-        if wrong:
-            parts.append(f"shape {'; '.join(wrong[:3])}")
+        if fit.missing:
+            parts.append(f"missing {', '.join(fit.missing[:5])}")
+        if fit.extra:
+            parts.append(f"not mapped {', '.join(fit.extra[:5])}")
+        if fit.wrong:
+            parts.append(f"shape {'; '.join(fit.wrong[:3])}")
         raise TorchImportError(
             f"{source}: does not fit {architecture} {arch_args} ({layout.name} layout): "
             + " | ".join(parts)
         )
-    model.load_state_dict({k: v.to(ours[k].dtype) for k, v in mapped.items()}, strict=True)
-    return model.eval(), arch_args, layout
+    return load_fitted(model, mapped), arch_args, layout
 
 
 def import_torch(
